@@ -1,0 +1,52 @@
+//! ggml's own figures on this kind of machine (2 vCPU AMD EPYC Zen 3, 2
+//! threads), from `shared/reference/perf-anchors.md`: upstream
+//! `test-backend-ops` perf mode, "the better of its default and LLAMAFILE
+//! builds" (ggml d99724f2, median of 3 clean runs). They are printed beside
+//! Tessera's figures so that every bench line carries its comparison.
+
+/// ggml's figure for a case, in the case's own unit (GFLOPS or GB/s), or
+/// µs per node for the graph-overhead case.
+pub fn ggml_figure(case: &str) -> Option<f64> {
+    ANCHORS
+        .iter()
+        .find(|(name, _)| *name == case)
+        .map(|&(_, v)| v)
+}
+
+/// (case name, figure). Names match `cases.rs` exactly.
+const ANCHORS: &[(&str, f64)] = &[
+    ("MUL_MAT(type_a=f32,type_b=f32,m=4096,n=1,k=14336)", 12.64),
+    ("MUL_MAT(type_a=f16,type_b=f32,m=4096,n=1,k=14336)", 21.30),
+    ("MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=1,k=14336)", 33.99),
+    ("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=1,k=14336)", 48.72),
+    ("MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=1,k=14336)", 53.49),
+    ("MUL_MAT(type_a=f32,type_b=f32,m=4096,n=8,k=14336)", 62.72),
+    ("MUL_MAT(type_a=f16,type_b=f32,m=4096,n=8,k=14336)", 112.48),
+    ("MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=8,k=14336)", 82.83),
+    ("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=8,k=14336)", 80.46),
+    ("MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=8,k=14336)", 84.48),
+    ("MUL_MAT(type_a=f32,type_b=f32,m=4096,n=512,k=14336)", 102.89),
+    ("MUL_MAT(type_a=f16,type_b=f32,m=4096,n=512,k=14336)", 151.22),
+    ("MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=512,k=14336)", 100.85),
+    ("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=512,k=14336)", 83.30),
+    ("MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=512,k=14336)", 83.30),
+    ("ADD(type=f32,ne=[4096,512,1,1],nr=[1,1,1,1])", 54.11),
+    ("ADD(type=f32,ne=[4096,1,1,1],nr=[1,512,1,1])", 112.72),
+    ("ADD(type=f32,ne=[4096,4096,1,1],nr=[1,1,1,1])", 20.96),
+    ("MUL(type=f32,ne=[4096,512,1,1],nr=[1,1,1,1])", 43.32),
+    ("MUL(type=f32,ne=[4096,1,1,1],nr=[1,512,1,1])", 75.94),
+    ("RMS_NORM(type=f32,ne=[4096,512,1,1],eps=1e-6)", 9.57),
+    ("RMS_NORM(type=f32,ne=[4096,4096,1,1],eps=1e-6)", 8.65),
+    ("SOFT_MAX(type=f32,ne=[4096,4096,5,1],mask=0,scale=1)", 5.31),
+    ("ROPE(type=f32,ne=[128,32,512,1],n_dims=128,mode=0)", 26.65),
+    // ggml reports 7.8-12.7 GB/s across its NeoX cases; the middle is used.
+    ("ROPE(type=f32,ne=[128,32,512,1],n_dims=128,mode=2)", 10.0),
+    // f16 ROPE of this shape: 5274 us/run, i.e. about 1.5 GB/s.
+    ("ROPE(type=f16,ne=[128,32,512,1],n_dims=128,mode=0)", 1.48),
+    ("CPY(type_src=f32,type_dst=f16,ne=[512,3072,1,1])", 3.63),
+    ("CPY(type_src=f32,type_dst=q4_0,ne=[512,3072,1,1])", 3.47),
+    ("CPY(type_src=q4_0,type_dst=f32,ne=[512,3072,1,1])", 4.84),
+    ("FLASH_ATTN_EXT(hsk=128,hsv=128,nh=32,nr=1,kv=4096,nb=1,type_KV=f16)", 19.0),
+    ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=1)", 0.09),
+    ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=2)", 0.41),
+];

@@ -1,0 +1,182 @@
+//! `tessera bench ops`: op throughput in ggml's test-backend-ops perf format.
+//!
+//! Method (as test-backend-ops): the op node is duplicated `n_runs` times in
+//! one graph (enough for 8 GFLOP, or 8 GiB moved, per graph), all duplicates
+//! reading the same inputs and writing their own outputs; after a warm-up the
+//! graph is computed repeatedly for at least `--seconds`, and the time per
+//! op is printed with GFLOPS (ops with a flop count) or GB/s (GiB moved per
+//! second, as ggml prints it). ggml's figure on this kind of machine and the
+//! ratio follow on each line.
+
+mod anchors;
+mod cases;
+mod fill;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tessera::alloc::{GraphAllocator, alloc_tensors};
+use tessera::{BufferUsage, DType, Device, Graph, Layout, Placement, Registry, Result, Stream};
+
+use cases::{PerfCase, all_cases};
+
+/// Arguments of `tessera bench ops`.
+#[derive(clap::Args, Debug)]
+pub struct OpsArgs {
+    /// Device to measure (case-insensitive name); default: CPU.
+    #[arg(long)]
+    device: Option<String>,
+    /// Worker threads (devices with threads); default: all cores.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Only cases whose name contains this text (e.g. `MUL_MAT`, `q4_0`).
+    #[arg(long)]
+    op: Option<String>,
+    /// Minimum measuring time per case, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// List the cases and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
+    let device = Registry::global().device_by_name(args.device.as_deref().unwrap_or("CPU"))?;
+    let stream = device.new_stream("")?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let _ = stream.set_n_threads(threads);
+    let matches = |name: &str| args.op.as_deref().is_none_or(|f| name.contains(f));
+    let cases: Vec<PerfCase> = all_cases().into_iter().filter(|c| matches(&c.name)).collect();
+    if args.list {
+        cases.iter().for_each(|c| println!("{}", c.name));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "Device {} ({}), {threads} thread{}; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)",
+        device.name(),
+        device.description(),
+        if threads == 1 { "" } else { "s" }
+    );
+    for case in &cases {
+        if !case_supported(&device, case)? {
+            println!("  {}: not supported on {}", case.name, device.name());
+            continue;
+        }
+        match run_case(&device, stream.as_ref(), case, args.seconds) {
+            Ok(line) => println!("{line}"),
+            Err(e) => println!("  {}: failed: {e}", case.name),
+        }
+    }
+    for nth in [1usize, 2] {
+        let name = format!("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads={nth})");
+        if matches(&name) {
+            println!("{}", graph_overhead(&device, nth, &name)?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn build(case: &PerfCase, n_runs: usize) -> Result<(Graph, Vec<tessera::TensorId>)> {
+    let mut g = Graph::new();
+    let mut leaves = Vec::new();
+    for l in &case.leaves {
+        leaves.push(g.new_tensor(l.dtype, &l.ne)?);
+    }
+    for _ in 0..n_runs {
+        let out = (case.build)(&mut g, &leaves)?;
+        g.set_output(out)?;
+    }
+    Ok((g, leaves))
+}
+
+fn case_supported(device: &Arc<dyn Device>, case: &PerfCase) -> Result<bool> {
+    let (g, _) = build(case, 1)?;
+    Ok(tessera::supports_graph(device.as_ref(), &g))
+}
+
+fn run_case(device: &Arc<dyn Device>, stream: &dyn Stream, case: &PerfCase, seconds: f64) -> Result<String> {
+    let cost = case.flops.unwrap_or(case.bytes).max(1.0);
+    let target = if case.flops.is_some() { 8e9 } else { 8.0 * (1u64 << 30) as f64 };
+    let n_runs = ((target / cost) as usize).min(8192 - case.leaves.len()) + 1;
+    let (graph, leaves) = build(case, n_runs)?;
+    let mut placement = Placement::new(&graph);
+    let layouts: Vec<Layout> = leaves.iter().map(|&id| graph[id].layout).collect();
+    let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
+    for ((&id, t), l) in leaves.iter().zip(&inputs.tensors).zip(&case.leaves) {
+        fill::fill(t, l.fill)?;
+        placement.bind(&graph, id, t)?;
+    }
+    let mut galloc = GraphAllocator::new(device.buffer_type());
+    galloc.alloc_graph(&graph, &mut placement)?;
+    stream.compute(&graph, &placement)?;
+    let start = Instant::now();
+    let mut iters = 0usize;
+    while iters == 0 || start.elapsed().as_secs_f64() < seconds {
+        stream.compute(&graph, &placement)?;
+        iters += 1;
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / (iters * n_runs) as f64;
+    let (figure, unit, per_run) = match case.flops {
+        Some(f) => (f / us / 1e3, "GFLOPS", format!("{:.2} GFLOP/run", f / 1e9)),
+        None => (
+            case.bytes / (us * 1e-6) / (1u64 << 30) as f64,
+            "GB/s",
+            format!("{:.0} kB/run", case.bytes / 1024.0),
+        ),
+    };
+    Ok(format!(
+        "  {}: {:>6} runs - {:>10.2} us/run - {} - {:>8.2} {unit}{}",
+        case.name,
+        n_runs * iters,
+        us,
+        per_run,
+        figure,
+        compare(&case.name, figure, true)
+    ))
+}
+
+/// `  | ggml X (ratio)` when ggml's figure is known. `higher_is_better`
+/// false for times.
+fn compare(name: &str, figure: f64, higher_is_better: bool) -> String {
+    match anchors::ggml_figure(name) {
+        Some(g) if g > 0.0 => {
+            let ratio = if higher_is_better { figure / g } else { g / figure };
+            format!("  | ggml {g:.2} ({ratio:.2}x)")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Per-node cost of a chain of 1000 tiny ADDs (16 floats), min of 50 runs.
+fn graph_overhead(device: &Arc<dyn Device>, nth: usize, name: &str) -> Result<String> {
+    let stream = device.new_stream("")?;
+    let _ = stream.set_n_threads(nth);
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[16])?;
+    let b = g.new_tensor(DType::F32, &[16])?;
+    let mut x = a;
+    for _ in 0..1000 {
+        x = g.add(x, b)?;
+    }
+    g.set_output(x)?;
+    let mut placement = Placement::new(&g);
+    let layouts = [g[a].layout, g[b].layout];
+    let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Any)?;
+    placement.bind(&g, a, &inputs.tensors[0])?;
+    placement.bind(&g, b, &inputs.tensors[1])?;
+    let mut galloc = GraphAllocator::new(device.buffer_type());
+    galloc.alloc_graph(&g, &mut placement)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..50 {
+        let t = Instant::now();
+        stream.compute(&g, &placement)?;
+        best = best.min(t.elapsed().as_secs_f64() * 1e6 / 1000.0);
+    }
+    Ok(format!(
+        "  {name}: {best:.3} us/node{}",
+        compare(name, best, false)
+    ))
+}

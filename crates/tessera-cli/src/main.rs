@@ -1,0 +1,77 @@
+//! `tessera`: the command-line front of Tessera.
+//!
+//! - `tessera devices` lists device families and devices with their properties;
+//! - `tessera bench ops` measures ops in ggml's test-backend-ops perf format,
+//!   next to ggml's own figures on this kind of machine;
+//! - `tessera test` runs the conformance harness on a device;
+//! - `tessera support` prints which op cases each device supports.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod conformance;
+mod devices;
+
+#[derive(Parser, Debug)]
+#[command(name = "tessera", version, about = "One tensor compute graph, run on any mix of devices")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List device families and devices.
+    Devices,
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+    /// Run the conformance harness (every op case against the f64 reference).
+    Test {
+        /// Device name (case-insensitive); default: every device.
+        #[arg(long)]
+        device: Option<String>,
+        /// Only cases whose name contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Print every case, not only failures.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Print which op cases each device supports.
+    Support,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchWhat {
+    /// Op throughput in test-backend-ops perf format (GFLOPS for MUL_MAT, GB/s otherwise).
+    Ops(bench::OpsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tessera_cpu::register();
+    let result = match cli.command {
+        Command::Devices => devices::run(),
+        Command::Bench {
+            what: BenchWhat::Ops(args),
+        } => bench::run_ops(&args),
+        Command::Test {
+            device,
+            filter,
+            verbose,
+        } => conformance::run_test(device.as_deref(), filter.as_deref(), verbose),
+        Command::Support => conformance::run_support(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Attention ops: SOFT_MAX (with mask and ALiBi), ROPE, FLASH_ATTN_EXT.
+
+use super::{ensure, ensure_finite, ensure_type, shape};
+use crate::DType;
+use crate::error::Result;
+use crate::graph::{Graph, TensorId};
+use crate::layout::Layout;
+use crate::op::{Op, RopeParams};
+
+impl Graph {
+    /// Row softmax of `a` (F32).
+    pub fn soft_max(&mut self, a: TensorId) -> Result<TensorId> {
+        self.soft_max_ext(a, None, 1.0, 0.0)
+    }
+
+    /// `softmax(a * scale + slope * mask)` over each row. `mask` (F16 or F32)
+    /// is `[ne0, >= ne1, ne2 / r2, ne3 / r3]` and is broadcast over dims 2-3;
+    /// `slope` is 1 unless `max_bias > 0` (ALiBi, per head = dim 2), which
+    /// requires a mask.
+    pub fn soft_max_ext(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
+        let name = "SOFT_MAX";
+        let la = self.layout(a)?;
+        ensure_type(name, "a", la.dtype, &[DType::F32])?;
+        ensure_finite(name, "scale", scale)?;
+        ensure_finite(name, "max_bias", max_bias)?;
+        ensure(max_bias >= 0.0, name, || format!("max_bias = {max_bias} is negative"))?;
+        ensure(la.is_contiguous_rows(), name, || {
+            format!("a {} must have contiguous rows", shape(self, a))
+        })?;
+        if let Some(m) = mask {
+            let lm = self.layout(m)?;
+            ensure_type(name, "mask", lm.dtype, &[DType::F16, DType::F32])?;
+            ensure(
+                lm.ne[0] == la.ne[0]
+                    && lm.ne[1] >= la.ne[1]
+                    && lm.ne[2] > 0
+                    && lm.ne[3] > 0
+                    && la.ne[2] % lm.ne[2] == 0
+                    && la.ne[3] % lm.ne[3] == 0,
+                name,
+                || {
+                    format!(
+                        "mask {} does not fit a {}: need ne0 equal, ne1 >= a's, dims 2-3 dividing a's",
+                        shape(self, m),
+                        shape(self, a)
+                    )
+                },
+            )?;
+            ensure(lm.is_contiguous_rows(), name, || "mask rows must be contiguous".into())?;
+        } else {
+            ensure(max_bias == 0.0, name, || "ALiBi (max_bias > 0) needs a mask".into())?;
+        }
+        let out = Layout::contiguous4(la.dtype, la.ne)?;
+        self.push_op(Op::SoftMax { scale, max_bias }, out, &[Some(a), mask])
+    }
+
+    /// Rotary position embedding of `a` (`[head_dim, n_head, n_tokens, ne3]`,
+    /// F32 or F16) at the I32 positions `pos` (`[n_tokens]`), with optional
+    /// per-frequency divisors `freq_factors` (F32, at least `n_dims / 2`).
+    pub fn rope(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        freq_factors: Option<TensorId>,
+        p: RopeParams,
+    ) -> Result<TensorId> {
+        let name = "ROPE";
+        let la = self.layout(a)?;
+        let lp = self.layout(pos)?;
+        ensure_type(name, "a", la.dtype, &[DType::F32, DType::F16])?;
+        ensure_type(name, "positions", lp.dtype, &[DType::I32])?;
+        ensure(
+            lp.ne[1] == 1 && lp.ne[2] == 1 && lp.ne[3] == 1 && lp.ne[0] == la.ne[2],
+            name,
+            || {
+                format!(
+                    "positions {} must be a vector with one entry per a's dim 2 ({})",
+                    shape(self, pos),
+                    la.ne[2]
+                )
+            },
+        )?;
+        ensure(
+            p.n_dims > 0 && p.n_dims.is_multiple_of(2) && p.n_dims <= la.ne[0],
+            name,
+            || format!("n_dims = {} must be even, > 0 and <= ne0 = {}", p.n_dims, la.ne[0]),
+        )?;
+        for (what, v) in [
+            ("freq_base", p.freq_base),
+            ("freq_scale", p.freq_scale),
+            ("ext_factor", p.ext_factor),
+            ("attn_factor", p.attn_factor),
+            ("beta_fast", p.beta_fast),
+            ("beta_slow", p.beta_slow),
+        ] {
+            ensure_finite(name, what, v)?;
+        }
+        ensure(p.freq_base > 0.0 && p.freq_scale > 0.0, name, || {
+            format!(
+                "freq_base = {} and freq_scale = {} must be positive",
+                p.freq_base, p.freq_scale
+            )
+        })?;
+        if let Some(ff) = freq_factors {
+            let lf = self.layout(ff)?;
+            ensure_type(name, "freq_factors", lf.dtype, &[DType::F32])?;
+            ensure(lf.ne[0] >= p.n_dims / 2 && lf.is_contiguous(), name, || {
+                format!(
+                    "freq_factors {} must be contiguous with at least n_dims/2 = {} entries",
+                    shape(self, ff),
+                    p.n_dims / 2
+                )
+            })?;
+        }
+        ensure(la.is_contiguous_rows(), name, || {
+            format!("a {} must have contiguous rows", shape(self, a))
+        })?;
+        let out = Layout::contiguous4(la.dtype, la.ne)?;
+        self.push_op(Op::Rope(p), out, &[Some(a), Some(pos), freq_factors])
+    }
+
+    /// Fused attention. `q` is F32 `[d, n_q, n_head, ne3]`; `k` is
+    /// `[d, n_kv, n_head_kv, ne3]` and `v` is `[dv, n_kv, n_head_kv, ne3]`, both
+    /// F16 or F32, with `n_head` a multiple of `n_head_kv` (grouped-query
+    /// attention); `mask` (F16) is `[n_kv, >= n_q, ...]` broadcast over heads
+    /// and dim 3. The result is F32 `[dv, n_head, n_q, ne3]` (heads and queries
+    /// swapped, as in ggml).
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_ext(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+        logit_softcap: f32,
+    ) -> Result<TensorId> {
+        let name = "FLASH_ATTN_EXT";
+        let lq = self.layout(q)?;
+        let lk = self.layout(k)?;
+        let lv = self.layout(v)?;
+        ensure_type(name, "q", lq.dtype, &[DType::F32])?;
+        ensure_type(name, "k", lk.dtype, &[DType::F16, DType::F32])?;
+        ensure_type(name, "v", lv.dtype, &[DType::F16, DType::F32])?;
+        ensure_finite(name, "scale", scale)?;
+        ensure_finite(name, "max_bias", max_bias)?;
+        ensure_finite(name, "logit_softcap", logit_softcap)?;
+        ensure(max_bias >= 0.0 && logit_softcap >= 0.0, name, || {
+            "max_bias and logit_softcap must be >= 0".into()
+        })?;
+        let dims = || {
+            format!(
+                "q {}, k {}, v {}",
+                shape(self, q),
+                shape(self, k),
+                shape(self, v)
+            )
+        };
+        ensure(lk.ne[0] == lq.ne[0], name, || format!("k and q head sizes differ: {}", dims()))?;
+        ensure(lv.ne[1] == lk.ne[1], name, || format!("k and v lengths differ: {}", dims()))?;
+        ensure(lv.ne[2] == lk.ne[2] && lk.ne[2] > 0, name, || {
+            format!("k and v head counts differ: {}", dims())
+        })?;
+        ensure(lq.ne[2] % lk.ne[2] == 0, name, || {
+            format!("q heads must be a multiple of k heads: {}", dims())
+        })?;
+        ensure(lk.ne[3] == lq.ne[3] && lv.ne[3] == lq.ne[3], name, || {
+            format!("dim 3 must match: {}", dims())
+        })?;
+        ensure(
+            lq.is_contiguous_rows() && lk.is_contiguous_rows() && lv.is_contiguous_rows(),
+            name,
+            || format!("q, k and v rows must be contiguous: {}", dims()),
+        )?;
+        if let Some(m) = mask {
+            let lm = self.layout(m)?;
+            ensure_type(name, "mask", lm.dtype, &[DType::F16])?;
+            ensure(
+                lm.ne[0] == lk.ne[1]
+                    && lm.ne[1] >= lq.ne[1]
+                    && lm.ne[2] > 0
+                    && lm.ne[3] > 0
+                    && lq.ne[2] % lm.ne[2] == 0
+                    && lq.ne[3] % lm.ne[3] == 0
+                    && lm.is_contiguous_rows(),
+                name,
+                || {
+                    format!(
+                        "mask {} must be [n_kv = {}, >= n_q = {}, dividing heads, dividing ne3] with contiguous rows",
+                        shape(self, m),
+                        lk.ne[1],
+                        lq.ne[1]
+                    )
+                },
+            )?;
+        } else {
+            ensure(max_bias == 0.0, name, || "ALiBi (max_bias > 0) needs a mask".into())?;
+        }
+        let out = Layout::contiguous4(DType::F32, [lv.ne[0], lq.ne[2], lq.ne[1], lq.ne[3]])?;
+        self.push_op(
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                logit_softcap,
+            },
+            out,
+            &[Some(q), Some(k), Some(v), mask],
+        )
+    }
+}

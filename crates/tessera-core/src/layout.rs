@@ -1,0 +1,269 @@
+//! Tensor layouts: element type, extents and byte strides.
+//!
+//! A [`Layout`] is ggml's `type`, `ne[4]` and `nb[4]` as one value: `ne[i]`
+//! is the number of elements along dimension `i` (dimension 0 is the
+//! fastest-moving one, a row), `nb[i]` the byte stride between consecutive
+//! indices along it. For quantized types `nb[0]` is the block size in bytes
+//! and rows are whole blocks. Every size is computed with overflow checks,
+//! because shapes can come from files and peers.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Maximum number of dimensions (as in ggml).
+pub const MAX_DIMS: usize = 4;
+
+/// Element type, extents and byte strides of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// Element type.
+    pub dtype: DType,
+    /// Elements per dimension; dimension 0 is the row.
+    pub ne: [usize; MAX_DIMS],
+    /// Byte stride per dimension.
+    pub nb: [usize; MAX_DIMS],
+}
+
+impl Layout {
+    /// A contiguous layout of `dtype` with extents `ne` (missing trailing
+    /// dimensions are 1). Errors if a row is not whole blocks, if there are
+    /// more than four dimensions, or if the size overflows.
+    pub fn contiguous(dtype: DType, ne: &[usize]) -> Result<Self> {
+        if ne.len() > MAX_DIMS {
+            return Err(Error::InvalidLayout(format!(
+                "{} dimensions given, at most {MAX_DIMS} are supported",
+                ne.len()
+            )));
+        }
+        let mut full = [1usize; MAX_DIMS];
+        full[..ne.len()].copy_from_slice(ne);
+        Self::contiguous4(dtype, full)
+    }
+
+    /// [`Layout::contiguous`] with all four extents given.
+    pub fn contiguous4(dtype: DType, ne: [usize; MAX_DIMS]) -> Result<Self> {
+        let row = dtype.row_size(ne[0])?;
+        let mut nb = [0usize; MAX_DIMS];
+        nb[0] = dtype.type_size();
+        nb[1] = row;
+        for i in 2..MAX_DIMS {
+            nb[i] = nb[i - 1]
+                .checked_mul(ne[i - 1])
+                .ok_or_else(|| overflow(dtype, &ne))?;
+        }
+        let layout = Layout { dtype, ne, nb };
+        layout.checked_nbytes()?;
+        Ok(layout)
+    }
+
+    /// Total number of elements.
+    pub fn nelements(&self) -> usize {
+        self.ne.iter().product()
+    }
+
+    /// Checked element count.
+    pub fn checked_nelements(&self) -> Result<usize> {
+        self.ne
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .ok_or_else(|| overflow(self.dtype, &self.ne))
+    }
+
+    /// Number of rows (`ne1 * ne2 * ne3`).
+    pub fn nrows(&self) -> usize {
+        self.ne[1] * self.ne[2] * self.ne[3]
+    }
+
+    /// Bytes of one row of `ne0` elements.
+    pub fn row_bytes(&self) -> usize {
+        self.ne[0] / self.dtype.block_size() * self.dtype.type_size()
+    }
+
+    /// Bytes spanned by the tensor, from its first byte to one past its last,
+    /// ggml's `ggml_nbytes` (0 if any extent is 0). Assumes a layout that
+    /// passed [`Layout::checked_nbytes`], as every constructor ensures.
+    pub fn nbytes(&self) -> usize {
+        self.checked_nbytes().unwrap_or(usize::MAX)
+    }
+
+    /// [`Layout::nbytes`] with overflow and block checks.
+    pub fn checked_nbytes(&self) -> Result<usize> {
+        if self.ne.contains(&0) {
+            return Ok(0);
+        }
+        let bs = self.dtype.block_size();
+        if !self.ne[0].is_multiple_of(bs) {
+            return Err(Error::BlockSize {
+                dtype: self.dtype.name(),
+                ne0: self.ne[0],
+                block: bs,
+            });
+        }
+        let ovf = || overflow(self.dtype, &self.ne);
+        let mut bytes = if bs == 1 {
+            self.dtype.type_size()
+        } else {
+            (self.ne[0] / bs).checked_mul(self.nb[0]).ok_or_else(ovf)?
+        };
+        let start = if bs == 1 { 0 } else { 1 };
+        for i in start..MAX_DIMS {
+            let span = (self.ne[i] - 1).checked_mul(self.nb[i]).ok_or_else(ovf)?;
+            bytes = bytes.checked_add(span).ok_or_else(ovf)?;
+        }
+        Ok(bytes)
+    }
+
+    /// Dimensions `0..n` are laid out without gaps (ggml's `ggml_is_contiguous_n`
+    /// generalised): true for `n = 4` means the whole tensor is contiguous.
+    /// Extents of 1 may have any stride.
+    pub fn is_contiguous_dims(&self, n: usize) -> bool {
+        let mut next = self.dtype.type_size();
+        if self.ne[0] != self.dtype.block_size() && self.nb[0] != next {
+            return false;
+        }
+        next = next.saturating_mul(self.ne[0] / self.dtype.block_size());
+        for i in 1..n.min(MAX_DIMS) {
+            if self.ne[i] != 1 {
+                if self.nb[i] != next {
+                    return false;
+                }
+                next = next.saturating_mul(self.ne[i]);
+            }
+        }
+        true
+    }
+
+    /// The whole tensor is contiguous in memory (ggml's `ggml_is_contiguous`).
+    pub fn is_contiguous(&self) -> bool {
+        self.is_contiguous_dims(MAX_DIMS)
+    }
+
+    /// Each row is contiguous (`nb0` is the element/block size); rows may be
+    /// anywhere (ggml's `ggml_is_contiguous_rows`).
+    pub fn is_contiguous_rows(&self) -> bool {
+        self.ne[0] == self.dtype.block_size() || self.nb[0] == self.dtype.type_size()
+    }
+
+    /// Dimension 0 and 1 are swapped in memory (ggml's `ggml_is_transposed`).
+    pub fn is_transposed(&self) -> bool {
+        self.nb[0] > self.nb[1]
+    }
+
+    /// Dimensions are permuted relative to the contiguous order.
+    pub fn is_permuted(&self) -> bool {
+        self.nb[0] > self.nb[1] || self.nb[1] > self.nb[2] || self.nb[2] > self.nb[3]
+    }
+
+    /// Same type, extents and strides (ggml's `ggml_are_same_layout`).
+    pub fn same_layout(&self, other: &Layout) -> bool {
+        self == other
+    }
+
+    /// Same extents (ggml's `ggml_are_same_shape`).
+    pub fn same_shape(&self, other: &Layout) -> bool {
+        self.ne == other.ne
+    }
+
+    /// `self` can be broadcast to `target` by repeating whole copies along
+    /// each dimension (ggml's `ggml_can_repeat(self, target)`).
+    pub fn can_repeat_to(&self, target: &Layout) -> bool {
+        if self.ne.contains(&0) {
+            return target.ne.contains(&0) || self.ne == target.ne;
+        }
+        (0..MAX_DIMS).all(|i| target.ne[i].is_multiple_of(self.ne[i]))
+    }
+
+    /// True if the layout has one row (ggml's `ggml_is_vector` relaxed to any ne0).
+    pub fn is_matrix(&self) -> bool {
+        self.ne[2] == 1 && self.ne[3] == 1
+    }
+
+    /// Byte offset of element (i0, i1, i2, i3); `i0` must be a block start for
+    /// quantized types.
+    pub fn offset_of(&self, idx: [usize; MAX_DIMS]) -> usize {
+        idx[0] / self.dtype.block_size() * self.nb[0]
+            + idx[1] * self.nb[1]
+            + idx[2] * self.nb[2]
+            + idx[3] * self.nb[3]
+    }
+
+    /// Short human form, e.g. `f32[4096,512,1,1]`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}[{},{},{},{}]",
+            self.dtype.name(),
+            self.ne[0],
+            self.ne[1],
+            self.ne[2],
+            self.ne[3]
+        )
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+fn overflow(dtype: DType, ne: &[usize; MAX_DIMS]) -> Error {
+    Error::Overflow(format!(
+        "{} tensor of extents {:?} is larger than the address space",
+        dtype.name(),
+        ne
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_strides_and_sizes() {
+        let l = Layout::contiguous(DType::F32, &[3, 4, 5]).unwrap();
+        assert_eq!(l.ne, [3, 4, 5, 1]);
+        assert_eq!(l.nb, [4, 12, 48, 240]);
+        assert_eq!(l.nbytes(), 240);
+        assert!(l.is_contiguous());
+        let q = Layout::contiguous(DType::Q4_0, &[64, 2]).unwrap();
+        assert_eq!(q.nb, [18, 36, 72, 72]);
+        assert_eq!(q.nbytes(), 72);
+    }
+
+    #[test]
+    fn nbytes_of_a_permuted_view_spans_the_memory() {
+        let l = Layout::contiguous(DType::F32, &[3, 4]).unwrap();
+        let t = Layout {
+            ne: [4, 3, 1, 1],
+            nb: [12, 4, 48, 48],
+            ..l
+        };
+        assert_eq!(t.nbytes(), 48);
+        assert!(t.is_transposed());
+        assert!(!t.is_contiguous());
+    }
+
+    #[test]
+    fn errors_instead_of_panics() {
+        assert!(matches!(
+            Layout::contiguous(DType::Q4K, &[255]),
+            Err(Error::BlockSize { .. })
+        ));
+        assert!(matches!(
+            Layout::contiguous(DType::F32, &[usize::MAX / 2, 4]),
+            Err(Error::Overflow(_))
+        ));
+        assert!(Layout::contiguous(DType::F32, &[1, 1, 1, 1, 1]).is_err());
+        assert_eq!(Layout::contiguous(DType::F32, &[0, 7]).unwrap().nbytes(), 0);
+    }
+
+    #[test]
+    fn repeat_rules() {
+        let a = Layout::contiguous(DType::F32, &[8, 6, 2]).unwrap();
+        let b = Layout::contiguous(DType::F32, &[8, 1, 2]).unwrap();
+        let c = Layout::contiguous(DType::F32, &[4, 3]).unwrap();
+        assert!(b.can_repeat_to(&a));
+        assert!(c.can_repeat_to(&a));
+        assert!(!a.can_repeat_to(&b));
+    }
+}

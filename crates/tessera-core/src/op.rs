@@ -1,0 +1,311 @@
+//! The operations a graph node can perform, with their typed parameters.
+//!
+//! Names and semantics follow ggml (`GGML_OP_*`); parameters that ggml packs
+//! into `op_params` are typed fields here. The builder in [`crate::graph`]
+//! validates operands and parameters; this module only describes them.
+
+/// Element-wise unary functions (ggml's `GGML_UNARY_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// GELU, tanh approximation: `0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`.
+    Gelu,
+    /// GELU, exact: `0.5x(1 + erf(x / sqrt 2))`.
+    GeluErf,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `max(x, 0)`.
+    Relu,
+    /// `tanh(x)`.
+    Tanh,
+    /// `e^x`.
+    Exp,
+}
+
+impl UnaryOp {
+    /// All unary ops.
+    pub const ALL: [UnaryOp; 7] = [
+        UnaryOp::Silu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluErf,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Tanh,
+        UnaryOp::Exp,
+    ];
+
+    /// ggml's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Silu => "SILU",
+            UnaryOp::Gelu => "GELU",
+            UnaryOp::GeluErf => "GELU_ERF",
+            UnaryOp::Sigmoid => "SIGMOID",
+            UnaryOp::Relu => "RELU",
+            UnaryOp::Tanh => "TANH",
+            UnaryOp::Exp => "EXP",
+        }
+    }
+}
+
+/// Gated linear units (ggml's `GGML_GLU_OP_*`): `act(x) * g`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GluOp {
+    /// `silu(x) * g`.
+    SwiGlu,
+    /// `gelu(x) * g` (tanh approximation).
+    GeGlu,
+    /// `relu(x) * g`.
+    ReGlu,
+    /// `gelu_erf(x) * g`.
+    GeGluErf,
+}
+
+impl GluOp {
+    /// All GLU ops.
+    pub const ALL: [GluOp; 4] = [GluOp::SwiGlu, GluOp::GeGlu, GluOp::ReGlu, GluOp::GeGluErf];
+
+    /// ggml's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GluOp::SwiGlu => "SWIGLU",
+            GluOp::GeGlu => "GEGLU",
+            GluOp::ReGlu => "REGLU",
+            GluOp::GeGluErf => "GEGLU_ERF",
+        }
+    }
+
+    /// The activation applied to `x`.
+    pub const fn activation(self) -> UnaryOp {
+        match self {
+            GluOp::SwiGlu => UnaryOp::Silu,
+            GluOp::GeGlu => UnaryOp::Gelu,
+            GluOp::ReGlu => UnaryOp::Relu,
+            GluOp::GeGluErf => UnaryOp::GeluErf,
+        }
+    }
+}
+
+/// How ROPE pairs the dimensions it rotates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml mode 0, LLaMA).
+    Normal,
+    /// Halves `(x[i], x[i + n_dims/2])` (ggml mode 2, GPT-NeoX, Qwen, ...).
+    Neox,
+}
+
+impl RopeMode {
+    /// ggml's integer mode.
+    pub const fn ggml_mode(self) -> i32 {
+        match self {
+            RopeMode::Normal => 0,
+            RopeMode::Neox => 2,
+        }
+    }
+}
+
+/// ROPE parameters (ggml's `ggml_rope_ext` arguments).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Number of leading dimensions rotated (even, at most `ne0`); the rest pass through.
+    pub n_dims: usize,
+    /// Pairing mode.
+    pub mode: RopeMode,
+    /// Original training context (YaRN).
+    pub n_ctx_orig: usize,
+    /// Base of the frequencies (10000 for LLaMA).
+    pub freq_base: f32,
+    /// Linear position scale (1 = none).
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix (0 = off).
+    pub ext_factor: f32,
+    /// Magnitude scale.
+    pub attn_factor: f32,
+    /// YaRN low correction dimension parameter.
+    pub beta_fast: f32,
+    /// YaRN high correction dimension parameter.
+    pub beta_slow: f32,
+}
+
+impl RopeParams {
+    /// Plain RoPE over `n_dims` dimensions with `freq_base`, no scaling.
+    pub fn new(n_dims: usize, mode: RopeMode, freq_base: f32) -> Self {
+        RopeParams {
+            n_dims,
+            mode,
+            n_ctx_orig: 0,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+}
+
+/// One operation, with its parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// A leaf: a tensor whose data comes from outside the graph.
+    None,
+    /// Copy into a new tensor of the same type and shape.
+    Dup,
+    /// Copy into a new contiguous tensor of the same type.
+    Cont,
+    /// Copy `src0` into `src1`'s memory, converting the type; a view of `src1`.
+    Cpy,
+    /// Same data, new extents (source must be contiguous); a view.
+    Reshape,
+    /// A view with arbitrary extents, strides and offset.
+    View,
+    /// Axes permuted: source dimension `i` becomes dimension `axes[i]`; a view.
+    Permute([u8; 4]),
+    /// Dimensions 0 and 1 swapped; a view.
+    Transpose,
+    /// Gather rows of `src0` at the I32 indices `src1`.
+    GetRows,
+    /// Scatter the F32 rows `src1` into `src0` at the indices `src2`; a view of `src0`.
+    SetRows,
+    /// `src0 + src1`, with `src1` broadcast.
+    Add,
+    /// `src0 * src1`, with `src1` broadcast.
+    Mul,
+    /// `src0 / src1`, with `src1` broadcast.
+    Div,
+    /// `src0 * scale + bias`.
+    Scale {
+        /// Multiplier.
+        scale: f32,
+        /// Added after scaling.
+        bias: f32,
+    },
+    /// Root-mean-square normalisation of each row.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Mean/variance normalisation of each row.
+    Norm {
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// `dst[i, j] = sum_k src0[k, i] * src1[k, j]`, broadcast over dims 2-3.
+    MulMat,
+    /// Row softmax of `src0 * scale + slope * mask` (mask `src1` optional).
+    SoftMax {
+        /// Logit scale.
+        scale: f32,
+        /// ALiBi maximum bias (0 = no ALiBi).
+        max_bias: f32,
+    },
+    /// Rotary position embedding at positions `src1` (freq factors `src2` optional).
+    Rope(RopeParams),
+    /// Element-wise function.
+    Unary(UnaryOp),
+    /// Gated linear unit: fused (`src0` holds `[x, g]`) or split (`src0` = x, `src1` = g).
+    Glu {
+        /// Which activation.
+        op: GluOp,
+        /// Fused form only: `g` is the first half and `x` the second.
+        swapped: bool,
+    },
+    /// `src0` and `src1` joined along `dim`.
+    Concat {
+        /// Dimension joined along.
+        dim: u8,
+    },
+    /// Index of the largest element of each row (I32 result).
+    Argmax,
+    /// Sum of each row.
+    SumRows,
+    /// Fused attention `softmax(scale * q k^T + slope * mask) v` (q, k, v, mask optional).
+    FlashAttnExt {
+        /// Logit scale.
+        scale: f32,
+        /// ALiBi maximum bias (0 = none).
+        max_bias: f32,
+        /// Logit soft-capping `c * tanh(x / c)` (0 = none).
+        logit_softcap: f32,
+    },
+}
+
+impl Op {
+    /// ggml's op name (`GGML_OP_` dropped): `MUL_MAT`, `UNARY`, ...
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Op::None => "NONE",
+            Op::Dup => "DUP",
+            Op::Cont => "CONT",
+            Op::Cpy => "CPY",
+            Op::Reshape => "RESHAPE",
+            Op::View => "VIEW",
+            Op::Permute(_) => "PERMUTE",
+            Op::Transpose => "TRANSPOSE",
+            Op::GetRows => "GET_ROWS",
+            Op::SetRows => "SET_ROWS",
+            Op::Add => "ADD",
+            Op::Mul => "MUL",
+            Op::Div => "DIV",
+            Op::Scale { .. } => "SCALE",
+            Op::RmsNorm { .. } => "RMS_NORM",
+            Op::Norm { .. } => "NORM",
+            Op::MulMat => "MUL_MAT",
+            Op::SoftMax { .. } => "SOFT_MAX",
+            Op::Rope(_) => "ROPE",
+            Op::Unary(_) => "UNARY",
+            Op::Glu { .. } => "GLU",
+            Op::Concat { .. } => "CONCAT",
+            Op::Argmax => "ARGMAX",
+            Op::SumRows => "SUM_ROWS",
+            Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
+        }
+    }
+
+    /// A more specific name for listings: the unary/GLU function for
+    /// `UNARY`/`GLU` (`SILU`, `SWIGLU`), the op name otherwise.
+    pub const fn display_name(&self) -> &'static str {
+        match self {
+            Op::Unary(u) => u.name(),
+            Op::Glu { op, .. } => op.name(),
+            _ => self.name(),
+        }
+    }
+
+    /// A leaf (no computation).
+    pub const fn is_leaf(&self) -> bool {
+        matches!(self, Op::None)
+    }
+
+    /// The result shares its source's memory and needs no computation
+    /// (RESHAPE, VIEW, PERMUTE, TRANSPOSE).
+    pub const fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose)
+    }
+
+    /// The result is a view of a source that the op writes into (CPY, SET_ROWS).
+    pub const fn writes_into_src(&self) -> bool {
+        matches!(self, Op::Cpy | Op::SetRows)
+    }
+
+    /// The allocator may give the result the memory of *any* source of the
+    /// same layout that has no other use (ggml's `ggml_op_can_inplace`):
+    /// kernels of these ops must be correct when `dst` aliases any source
+    /// whose layout equals `dst`'s (e.g. ADD writing over `b`, SOFT_MAX over
+    /// an F32 mask of the same shape).
+    pub const fn can_inplace(&self) -> bool {
+        matches!(
+            self,
+            Op::Scale { .. }
+                | Op::Add
+                | Op::Mul
+                | Op::Div
+                | Op::Unary(_)
+                | Op::Rope(_)
+                | Op::RmsNorm { .. }
+                | Op::SoftMax { .. }
+        )
+    }
+}

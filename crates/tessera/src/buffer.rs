@@ -1,0 +1,290 @@
+//! Buffer types and buffers: where tensor bytes live.
+//!
+//! A [`BufferType`] is an allocator kind (ggml's `ggml_backend_buffer_type`):
+//! "CPU", a GPU's device memory, a GPU's pinned host memory. A [`Buffer`] is one
+//! allocation from it (ggml's `ggml_backend_buffer`). Tensors are *placed* in a
+//! buffer at a byte offset; the buffer moves bytes in and out. Optional methods
+//! are default methods carrying ggml's documented fallbacks.
+//!
+//! Buffers are device memory: calls on one buffer from several threads are
+//! memory-safe, but concurrent writes to overlapping ranges, or a write racing
+//! a compute that reads the same bytes, give unspecified contents — order them
+//! with [`crate::Stream::synchronize`] or events, as with any device memory.
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::device::Device;
+use crate::{Error, Layout, Result};
+
+/// What a buffer holds; drives placement decisions (ggml's `ggml_backend_buffer_usage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum BufferUsage {
+    /// Unspecified.
+    #[default]
+    Any,
+    /// Model weights: ops that read them prefer their device.
+    Weights,
+    /// Compute intermediates planned by the graph allocator.
+    Compute,
+}
+
+/// An allocator kind (ggml's buffer type).
+pub trait BufferType: Send + Sync + Debug {
+    /// Name, e.g. `CPU`.
+    fn name(&self) -> &str;
+
+    /// Allocate `size` bytes. A size of 0 gives an empty buffer without
+    /// touching the device (ggml's dummy buffer). Fails with
+    /// [`Error::OutOfMemory`] naming the buffer type and size if `size`
+    /// exceeds [`BufferType::max_size`] or the memory available.
+    fn alloc_buffer(&self, size: usize) -> Result<Arc<dyn Buffer>>;
+
+    /// Required alignment of tensor offsets, in bytes (a power of two).
+    fn alignment(&self) -> usize;
+
+    /// Largest single allocation. Default: unlimited.
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Bytes a tensor of `layout` needs in this buffer type (padding
+    /// included); at least `layout.nbytes()`. Default: `nbytes`.
+    fn alloc_size(&self, layout: &Layout) -> usize {
+        layout.nbytes()
+    }
+
+    /// The memory is host memory with the standard layout (the CPU can read
+    /// it directly). Default: false.
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    /// The device that owns this buffer type, if any.
+    fn device(&self) -> Option<Arc<dyn Device>>;
+
+    /// For downcasting to the concrete type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Two buffer types are the same allocator (pointer identity, like ggml).
+pub fn same_buffer_type(a: &dyn BufferType, b: &dyn BufferType) -> bool {
+    std::ptr::addr_eq(a as *const dyn BufferType, b as *const dyn BufferType)
+}
+
+/// One allocation (ggml's buffer). Offsets are bytes from the buffer start.
+pub trait Buffer: Send + Sync + Debug {
+    /// The buffer type that allocated it.
+    fn buffer_type(&self) -> Arc<dyn BufferType>;
+
+    /// Name (default: the buffer type's).
+    fn name(&self) -> String {
+        self.buffer_type().name().to_owned()
+    }
+
+    /// Size in bytes.
+    fn size(&self) -> usize;
+
+    /// Start of the memory, for host buffers the CPU can address directly;
+    /// `None` for device memory and for empty buffers.
+    fn host_ptr(&self) -> Option<NonNull<u8>> {
+        None
+    }
+
+    /// Host memory with the standard layout (default: the buffer type's answer).
+    fn is_host(&self) -> bool {
+        self.buffer_type().is_host()
+    }
+
+    /// Per-tensor setup when a tensor is placed at `offset` (ggml's
+    /// `init_tensor`). Default: nothing to do.
+    fn init_tensor(&self, layout: &Layout, offset: usize) -> Result<()> {
+        let _ = (layout, offset);
+        Ok(())
+    }
+
+    /// Copy `data` into the buffer at `offset` (blocking).
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
+
+    /// Copy `out.len()` bytes at `offset` into `out` (blocking).
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// Set `len` bytes at `offset` to `value` (blocking).
+    fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()>;
+
+    /// Strided write: `n` pieces of `piece` bytes, piece `i` from
+    /// `data[i * data_stride..]` to `offset + i * buffer_stride`. Default: `n`
+    /// calls to [`Buffer::write`].
+    fn write_2d(
+        &self,
+        offset: usize,
+        data: &[u8],
+        piece: usize,
+        n: usize,
+        buffer_stride: usize,
+        data_stride: usize,
+    ) -> Result<()> {
+        for i in 0..n {
+            let src = slice_piece(data, i, data_stride, piece)?;
+            let off = piece_offset(offset, i, buffer_stride)?;
+            self.write(off, src)?;
+        }
+        Ok(())
+    }
+
+    /// Strided read, the inverse of [`Buffer::write_2d`]. Default: `n` calls
+    /// to [`Buffer::read`].
+    fn read_2d(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        piece: usize,
+        n: usize,
+        buffer_stride: usize,
+        data_stride: usize,
+    ) -> Result<()> {
+        for i in 0..n {
+            let start = i
+                .checked_mul(data_stride)
+                .ok_or_else(|| Error::Overflow("read_2d stride".into()))?;
+            let end = start
+                .checked_add(piece)
+                .filter(|&e| e <= out.len())
+                .ok_or_else(|| Error::OutOfBounds(format!("read_2d piece {i} past the host slice")))?;
+            let off = piece_offset(offset, i, buffer_stride)?;
+            self.read(off, &mut out[start..end])?;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes from `src` at `src_offset` to this buffer at
+    /// `dst_offset` without going through the host, if this buffer knows how
+    /// (ggml's `cpy_tensor`). `Ok(false)`: not possible, the caller falls back
+    /// to a staging copy. Default: `Ok(false)`.
+    fn copy_from(
+        &self,
+        dst_offset: usize,
+        src: &dyn Buffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<bool> {
+        let _ = (dst_offset, src, src_offset, len);
+        Ok(false)
+    }
+
+    /// Set every byte to `value`.
+    fn clear(&self, value: u8) -> Result<()> {
+        self.fill(0, self.size(), value)
+    }
+
+    /// Forget per-tensor state before tensors are placed again (ggml's
+    /// `reset`). Default: nothing.
+    fn reset(&self) {}
+
+    /// What the buffer holds.
+    fn usage(&self) -> BufferUsage;
+
+    /// Declare what the buffer holds.
+    fn set_usage(&self, usage: BufferUsage);
+
+    /// For downcasting to the concrete type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// `Err(OutOfBounds)` unless `offset + len <= size`; names the buffer.
+pub fn check_range(name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds(format!(
+            "{len} bytes at offset {offset} do not fit in buffer '{name}' of {size} bytes"
+        ))),
+    }
+}
+
+fn slice_piece(data: &[u8], i: usize, stride: usize, piece: usize) -> Result<&[u8]> {
+    let start = i
+        .checked_mul(stride)
+        .ok_or_else(|| Error::Overflow("2-D copy stride".into()))?;
+    start
+        .checked_add(piece)
+        .and_then(|end| data.get(start..end))
+        .ok_or_else(|| Error::OutOfBounds(format!("2-D copy piece {i} past the host slice")))
+}
+
+fn piece_offset(offset: usize, i: usize, stride: usize) -> Result<usize> {
+    i.checked_mul(stride)
+        .and_then(|d| offset.checked_add(d))
+        .ok_or_else(|| Error::Overflow("2-D copy offset".into()))
+}
+
+/// A [`BufferUsage`] with interior mutability, for buffer implementations.
+#[derive(Debug, Default)]
+pub struct UsageCell(AtomicU8);
+
+impl UsageCell {
+    /// A cell holding `usage`.
+    pub fn new(usage: BufferUsage) -> Self {
+        let c = UsageCell::default();
+        c.set(usage);
+        c
+    }
+
+    /// Current value.
+    pub fn get(&self) -> BufferUsage {
+        match self.0.load(Ordering::Relaxed) {
+            1 => BufferUsage::Weights,
+            2 => BufferUsage::Compute,
+            _ => BufferUsage::Any,
+        }
+    }
+
+    /// Replace the value.
+    pub fn set(&self, usage: BufferUsage) {
+        let v = match usage {
+            BufferUsage::Any => 0,
+            BufferUsage::Weights => 1,
+            BufferUsage::Compute => 2,
+        };
+        self.0.store(v, Ordering::Relaxed);
+    }
+}
+
+/// Copy `len` bytes between two buffers of any kinds (ggml's
+/// `ggml_backend_tensor_copy` on raw ranges): host source → `dst.write`;
+/// host destination → `src.read`; otherwise the destination's
+/// [`Buffer::copy_from`]; otherwise through a host staging vector.
+pub fn copy_between(
+    src: &dyn Buffer,
+    src_offset: usize,
+    dst: &dyn Buffer,
+    dst_offset: usize,
+    len: usize,
+) -> Result<()> {
+    check_range(&src.name(), src.size(), src_offset, len)?;
+    check_range(&dst.name(), dst.size(), dst_offset, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    if let Some(p) = src.host_ptr() {
+        // SAFETY: `p` is the start of `src`'s host memory of `src.size()`
+        // bytes, valid while `src` lives, and the range was checked above.
+        // Concurrent writers to the same range are the caller's contract (see
+        // the module docs); the slice lives only for this call.
+        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(src_offset), len) };
+        return dst.write(dst_offset, bytes);
+    }
+    if let Some(p) = dst.host_ptr() {
+        // SAFETY: as above, for `dst`'s memory; the range was checked.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(dst_offset), len) };
+        return src.read(src_offset, out);
+    }
+    if dst.copy_from(dst_offset, src, src_offset, len)? {
+        return Ok(());
+    }
+    let mut staging = vec![0u8; len];
+    src.read(src_offset, &mut staging)?;
+    dst.write(dst_offset, &staging)
+}

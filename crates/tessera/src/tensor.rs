@@ -1,0 +1,194 @@
+//! Tensors with memory: a layout placed in a buffer at an offset.
+//!
+//! A [`Tensor`] is what ggml calls an allocated tensor: weights, a KV cache, a
+//! graph output read back. Graph nodes are plain data; a `Tensor` is how a
+//! node's bytes are reached. All accesses are bounds-checked against the
+//! tensor's extent (ggml asserts; Tessera returns [`Error::OutOfBounds`]).
+
+use std::sync::Arc;
+
+use crate::buffer::{Buffer, check_range, copy_between};
+use crate::{DType, Error, Layout, Result, quant};
+
+/// A layout placed in a buffer.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    layout: Layout,
+    buffer: Arc<dyn Buffer>,
+    offset: usize,
+}
+
+impl Tensor {
+    /// Place `layout` at byte `offset` of `buffer`. Checks that the tensor's
+    /// bytes lie inside the buffer.
+    pub fn new(layout: Layout, buffer: Arc<dyn Buffer>, offset: usize) -> Result<Self> {
+        let n = layout.checked_nbytes()?;
+        check_range(&buffer.name(), buffer.size(), offset, n)?;
+        Ok(Tensor {
+            layout,
+            buffer,
+            offset,
+        })
+    }
+
+    /// Type, extents and strides.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.layout.dtype
+    }
+
+    /// The buffer holding the bytes.
+    pub fn buffer(&self) -> &Arc<dyn Buffer> {
+        &self.buffer
+    }
+
+    /// Byte offset in the buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Bytes spanned.
+    pub fn nbytes(&self) -> usize {
+        self.layout.nbytes()
+    }
+
+    /// Write `data` at byte `offset` of the tensor (ggml's `ggml_backend_tensor_set`).
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        self.buffer.write(self.offset + offset, data)
+    }
+
+    /// Read `out.len()` bytes at byte `offset` of the tensor.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        self.buffer.read(self.offset + offset, out)
+    }
+
+    /// Set `len` bytes at `offset` to `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.check(offset, len)?;
+        self.buffer.fill(self.offset + offset, len, value)
+    }
+
+    /// All bytes of a contiguous tensor.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.nbytes()];
+        self.read(0, &mut out)?;
+        Ok(out)
+    }
+
+    /// Write `values` converted to the tensor's type (quantized types are
+    /// quantized with the reference quantizer). The tensor must be contiguous
+    /// and hold exactly `values.len()` elements.
+    pub fn write_f32(&self, values: &[f32]) -> Result<()> {
+        self.ensure_contiguous_len(values.len())?;
+        if self.layout.dtype == DType::F32 {
+            return self.write(0, bytemuck::cast_slice(values));
+        }
+        let mut bytes = vec![0u8; self.nbytes()];
+        let row = self.layout.ne[0];
+        let row_bytes = self.layout.row_bytes();
+        if row > 0 {
+            for (src, dst) in values.chunks(row).zip(bytes.chunks_mut(row_bytes)) {
+                quant::from_f32(self.layout.dtype, src, dst)?;
+            }
+        }
+        self.write(0, &bytes)
+    }
+
+    /// All elements converted to f32 (dequantized for quantized types; I32
+    /// converted). The tensor must be contiguous.
+    pub fn read_f32(&self) -> Result<Vec<f32>> {
+        let n = self.layout.checked_nelements()?;
+        self.ensure_contiguous_len(n)?;
+        let bytes = self.to_bytes()?;
+        let mut out = vec![0f32; n];
+        let row = self.layout.ne[0];
+        let row_bytes = self.layout.row_bytes();
+        if row > 0 {
+            for (src, dst) in bytes.chunks(row_bytes).zip(out.chunks_mut(row)) {
+                quant::to_f32(self.layout.dtype, src, dst)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Write plain values of the tensor's own element type (e.g. `i32` ids).
+    pub fn write_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<()> {
+        if std::mem::size_of::<T>() != self.layout.dtype.type_size() || self.layout.dtype.is_quantized() {
+            return Err(Error::InvalidLayout(format!(
+                "cannot write {}-byte values into a {} tensor",
+                std::mem::size_of::<T>(),
+                self.layout.dtype
+            )));
+        }
+        self.ensure_contiguous_len(values.len())?;
+        self.write(0, bytemuck::cast_slice(values))
+    }
+
+    /// Read plain values of the tensor's own element type.
+    pub fn read_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
+        let n = self.layout.checked_nelements()?;
+        if std::mem::size_of::<T>() != self.layout.dtype.type_size() || self.layout.dtype.is_quantized() {
+            return Err(Error::InvalidLayout(format!(
+                "cannot read {}-byte values from a {} tensor",
+                std::mem::size_of::<T>(),
+                self.layout.dtype
+            )));
+        }
+        self.ensure_contiguous_len(n)?;
+        let mut out = vec![T::zeroed(); n];
+        self.read(0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
+    /// Copy all bytes into `dst`, which must have the same layout, through
+    /// whatever path the two buffers allow (ggml's `ggml_backend_tensor_copy`).
+    pub fn copy_to(&self, dst: &Tensor) -> Result<()> {
+        if self.layout != dst.layout {
+            return Err(Error::InvalidLayout(format!(
+                "copy between different layouts {} and {}",
+                self.layout, dst.layout
+            )));
+        }
+        copy_between(
+            self.buffer.as_ref(),
+            self.offset,
+            dst.buffer.as_ref(),
+            dst.offset,
+            self.nbytes(),
+        )
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.nbytes() => Ok(()),
+            _ => Err(Error::OutOfBounds(format!(
+                "{len} bytes at offset {offset} of a {} tensor of {} bytes",
+                self.layout,
+                self.nbytes()
+            ))),
+        }
+    }
+
+    fn ensure_contiguous_len(&self, n: usize) -> Result<()> {
+        if !self.layout.is_contiguous() {
+            return Err(Error::InvalidLayout(format!(
+                "{} is not contiguous",
+                self.layout
+            )));
+        }
+        let want = self.layout.checked_nelements()?;
+        if n != want {
+            return Err(Error::InvalidLayout(format!(
+                "{n} values given for a {} tensor of {want} elements",
+                self.layout
+            )));
+        }
+        Ok(())
+    }
+}
