@@ -1,0 +1,152 @@
+//! ggml's quantization block layouts, byte for byte.
+//!
+//! Quantized tensors are arrays of these blocks, exactly as ggml and GGUF
+//! files store them (`block_q4_0`, `block_q8_0`, `block_q4_K`, `block_q6_K`,
+//! `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
+//! checked at compile time against [`DType::type_size`]. Byte order is the
+//! host's, as in ggml (little-endian on every target Tessera supports).
+//!
+//! The [`QuantBlock`] trait ties each block to its [`DType`] and its
+//! reference quantizer, so kernels can be generic over the block type.
+
+use std::fmt::Debug;
+use std::mem::size_of;
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use crate::dtype::DType;
+
+/// Values per [`BlockQ4_0`].
+pub const QK4_0: usize = 32;
+/// Values per [`BlockQ8_0`].
+pub const QK8_0: usize = 32;
+/// Values per K-quant super-block ([`BlockQ4K`], [`BlockQ6K`], [`BlockQ8K`]).
+pub const QK_K: usize = 256;
+/// Bytes of packed 6-bit scales and mins in a [`BlockQ4K`] (`K_SCALE_SIZE`).
+pub const K_SCALE_SIZE: usize = 12;
+
+/// A ggml quantization block of `QK` values.
+///
+/// `quantize` is ggml's *reference* quantizer for one block
+/// (`quantize_row_*_ref`), `dequantize` its `dequantize_row_*`; both are
+/// bit-exact with ggml's C on x86-64 and never panic, whatever the input.
+pub trait QuantBlock<const QK: usize>: Pod + Debug {
+    /// The element type these blocks make up.
+    const DTYPE: DType;
+
+    /// Quantizes `QK` values into one block.
+    fn quantize(x: &[f32; QK]) -> Self;
+
+    /// Writes the `QK` values this block stands for into `y`.
+    fn dequantize(&self, y: &mut [f32; QK]);
+}
+
+/// `block_q4_0`: 32 values `x = d * (q - 8)` with 4-bit `q`.
+///
+/// `qs[j]` holds value `j` in its low nibble and value `j + 16` in its high one.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    /// Scale.
+    pub d: f16,
+    /// Packed nibbles.
+    pub qs: [u8; QK4_0 / 2],
+}
+
+/// `block_q8_0`: 32 values `x = d * q` with `q` in -127..=127.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    /// Scale.
+    pub d: f16,
+    /// Quants.
+    pub qs: [i8; QK8_0],
+}
+
+/// `block_q4_K`: 256 values in 8 sub-blocks of 32, `x = d*sc * q - dmin*m`
+/// with 4-bit `q` and 6-bit sub-block scale `sc` and min `m`.
+///
+/// `scales` packs the eight `(sc, m)` pairs; read them with
+/// [`get_scale_min_k4`](super::get_scale_min_k4). `qs` holds sub-blocks
+/// `2i` (low nibbles) and `2i + 1` (high nibbles) in bytes `32i..32i + 32`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4K {
+    /// Super-block scale of the sub-block scales.
+    pub d: f16,
+    /// Super-block scale of the sub-block mins.
+    pub dmin: f16,
+    /// Packed 6-bit sub-block scales and mins.
+    pub scales: [u8; K_SCALE_SIZE],
+    /// Packed nibbles.
+    pub qs: [u8; QK_K / 2],
+}
+
+/// `block_q6_K`: 256 values in 16 sub-blocks of 16, `x = d * scales[s] * (q - 32)`
+/// with 6-bit `q` split into low 4 bits (`ql`) and high 2 bits (`qh`).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ6K {
+    /// Low 4 bits of the quants.
+    pub ql: [u8; QK_K / 2],
+    /// High 2 bits of the quants.
+    pub qh: [u8; QK_K / 4],
+    /// 8-bit sub-block scales.
+    pub scales: [i8; QK_K / 16],
+    /// Super-block scale.
+    pub d: f16,
+}
+
+/// `block_q8_K`: 256 values `x = d * q`, plus the sums of each 16 quants
+/// (used by K-quant dot products). Activations only; never stored in files.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8K {
+    /// Scale (an f32, unlike the other blocks).
+    pub d: f32,
+    /// Quants.
+    pub qs: [i8; QK_K],
+    /// Sums of the quants in groups of 16.
+    pub bsums: [i16; QK_K / 16],
+}
+
+const _: () = assert!(size_of::<BlockQ4_0>() == DType::Q4_0.type_size());
+const _: () = assert!(size_of::<BlockQ8_0>() == DType::Q8_0.type_size());
+const _: () = assert!(size_of::<BlockQ4K>() == DType::Q4K.type_size());
+const _: () = assert!(size_of::<BlockQ6K>() == DType::Q6K.type_size());
+const _: () = assert!(size_of::<BlockQ8K>() == DType::Q8K.type_size());
+const _: () = assert!(QK4_0 == DType::Q4_0.block_size());
+const _: () = assert!(QK8_0 == DType::Q8_0.block_size());
+const _: () = assert!(QK_K == DType::Q4K.block_size());
+const _: () = assert!(QK_K == DType::Q6K.block_size());
+const _: () = assert!(QK_K == DType::Q8K.block_size());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn field_offsets_match_ggml_common_h() {
+        assert_eq!(offset_of!(BlockQ4_0, qs), 2);
+        assert_eq!(offset_of!(BlockQ8_0, qs), 2);
+        assert_eq!(offset_of!(BlockQ4K, dmin), 2);
+        assert_eq!(offset_of!(BlockQ4K, scales), 4);
+        assert_eq!(offset_of!(BlockQ4K, qs), 16);
+        assert_eq!(offset_of!(BlockQ6K, qh), 128);
+        assert_eq!(offset_of!(BlockQ6K, scales), 192);
+        assert_eq!(offset_of!(BlockQ6K, d), 208);
+        assert_eq!(offset_of!(BlockQ8K, qs), 4);
+        assert_eq!(offset_of!(BlockQ8K, bsums), 260);
+    }
+
+    #[test]
+    fn trait_dtypes_match() {
+        assert_eq!(<BlockQ4_0 as QuantBlock<QK4_0>>::DTYPE, DType::Q4_0);
+        assert_eq!(<BlockQ8_0 as QuantBlock<QK8_0>>::DTYPE, DType::Q8_0);
+        assert_eq!(<BlockQ4K as QuantBlock<QK_K>>::DTYPE, DType::Q4K);
+        assert_eq!(<BlockQ6K as QuantBlock<QK_K>>::DTYPE, DType::Q6K);
+        assert_eq!(<BlockQ8K as QuantBlock<QK_K>>::DTYPE, DType::Q8K);
+    }
+}
