@@ -26,8 +26,6 @@ pub struct Leaf {
 pub struct PerfCase {
     /// Name in test-backend-ops style.
     pub name: String,
-    /// Group, for `--op` filtering (e.g. `MUL_MAT`).
-    pub op: &'static str,
     /// Leaves shared by every duplicate of the op.
     pub leaves: Vec<Leaf>,
     /// Build one op node from the leaf ids.
@@ -80,7 +78,6 @@ pub fn all_cases() -> Vec<PerfCase> {
 fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
     PerfCase {
         name: format!("MUL_MAT(type_a={},type_b=f32,m={m},n={n},k={k})", t.name()),
-        op: "MUL_MAT",
         leaves: vec![leaf(t, &[k, m], Fill::Uniform), leaf(DType::F32, &[k, n], Fill::Uniform)],
         build: Box::new(|g, l| g.mul_mat(l[0], l[1])),
         flops: Some(2.0 * m as f64 * n as f64 * k as f64),
@@ -95,7 +92,6 @@ fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
             "{op}(type=f32,ne=[{},{},1,1],nr=[{},{},1,1])",
             ne[0], ne[1], nr[0], nr[1]
         ),
-        op,
         leaves: vec![
             leaf(DType::F32, &full, Fill::Uniform),
             leaf(DType::F32, &ne, Fill::Uniform),
@@ -110,7 +106,6 @@ fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
 fn rms_norm(ne: [usize; 2]) -> PerfCase {
     PerfCase {
         name: format!("RMS_NORM(type=f32,ne=[{},{},1,1],eps=1e-6)", ne[0], ne[1]),
-        op: "RMS_NORM",
         leaves: vec![leaf(DType::F32, &ne, Fill::Uniform)],
         build: Box::new(|g, l| g.rms_norm(l[0], 1e-6)),
         flops: None,
@@ -121,7 +116,6 @@ fn rms_norm(ne: [usize; 2]) -> PerfCase {
 fn soft_max(ne: [usize; 3]) -> PerfCase {
     PerfCase {
         name: format!("SOFT_MAX(type=f32,ne=[{},{},{},1],mask=0,scale=1)", ne[0], ne[1], ne[2]),
-        op: "SOFT_MAX",
         leaves: vec![leaf(DType::F32, &ne, Fill::Uniform)],
         build: Box::new(|g, l| g.soft_max(l[0])),
         flops: None,
@@ -140,7 +134,6 @@ fn rope(t: DType, mode: RopeMode) -> PerfCase {
             ne[2],
             mode.ggml_mode()
         ),
-        op: "ROPE",
         leaves: vec![leaf(t, &ne, Fill::Uniform), leaf(DType::I32, &[ne[2]], Fill::Positions)],
         build: Box::new(move |g, l| g.rope(l[0], l[1], None, RopeParams::new(128, mode, 10000.0))),
         flops: None,
@@ -157,7 +150,6 @@ fn cpy(src: DType, dst: DType, ne: [usize; 2]) -> PerfCase {
             ne[0],
             ne[1]
         ),
-        op: "CPY",
         leaves: vec![leaf(src, &ne, Fill::Uniform), leaf(dst, &ne, Fill::Uniform)],
         build: Box::new(|g, l| g.cpy(l[0], l[1])),
         flops: None,
@@ -168,7 +160,6 @@ fn cpy(src: DType, dst: DType, ne: [usize; 2]) -> PerfCase {
 fn flash_attn(hs: usize, nh: usize, kv: usize, nb: usize) -> PerfCase {
     PerfCase {
         name: format!("FLASH_ATTN_EXT(hsk={hs},hsv={hs},nh={nh},nr=1,kv={kv},nb={nb},type_KV=f16)"),
-        op: "FLASH_ATTN_EXT",
         leaves: vec![
             leaf(DType::F32, &[hs, nb, nh], Fill::Uniform),
             leaf(DType::F16, &[hs, kv, nh], Fill::Uniform),

@@ -1,0 +1,89 @@
+//! Per-node overhead of the CPU executor: a chain of 1000 tiny ADDs (8
+//! floats each), the shape of ggml's graph-overhead measurement (ggml's CPU
+//! backend: about 0.09 µs per node on 1 thread). Divide the reported time by
+//! 1000 for the cost per node; it includes validation, planning and the
+//! per-node barrier.
+//!
+//! Run: `cargo bench -p tessera-cpu --bench graph_overhead`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use tessera::{DType, Device, Graph, Place, Placement, Stream};
+
+fn main() {
+    divan::main();
+}
+
+/// `x_{k+1} = x_k + one`, `n` times, every tensor in one host buffer.
+fn add_chain(n: usize) -> (Graph, Placement) {
+    let mut g = Graph::new();
+    let x0 = g.new_tensor(DType::F32, &[8]).unwrap();
+    let one = g.new_tensor(DType::F32, &[8]).unwrap();
+    let mut x = x0;
+    for _ in 0..n {
+        x = g.add(x, one).unwrap();
+    }
+    let buffer = tessera_cpu::device().buffer_type().alloc_buffer(64 * g.len()).unwrap();
+    let mut p = Placement::new(&g);
+    for id in g.ids() {
+        p.set(&g, id, Place { buffer: buffer.clone(), offset: 64 * id.index() }).unwrap();
+    }
+    (g, p)
+}
+
+#[divan::bench(args = [1])]
+fn chain_of_1000_adds(bencher: divan::Bencher, threads: usize) {
+    let (graph, placement) = add_chain(1000);
+    let stream: Arc<dyn Stream> = tessera_cpu::device().new_stream(&format!("threads={threads}")).unwrap();
+    bencher.bench_local(|| stream.compute(&graph, &placement).unwrap());
+}
+
+/// The validation part alone: `supports_op` on each of the 1000 nodes.
+#[divan::bench]
+fn supports_op_of_1000_adds(bencher: divan::Bencher) {
+    let (graph, _) = add_chain(1000);
+    let dev = tessera_cpu::device();
+    bencher.bench_local(|| graph.op_ids().filter(|&id| dev.supports_op(&graph, id)).count());
+}
+
+/// `Placement::check_complete` over the graph.
+#[divan::bench]
+fn check_complete_of_1000_adds(bencher: divan::Bencher) {
+    let (graph, placement) = add_chain(1000);
+    bencher.bench_local(|| placement.check_complete(&graph, 0..graph.len()).unwrap());
+}
+
+/// The kernel part alone: the ADD kernel called 1000 times on 8 floats.
+#[divan::bench]
+fn add_kernel_1000_calls(bencher: divan::Bencher) {
+    use tessera_cpu::kernels::{NodeCtx, Scratch, TensorRef, binary};
+    let layout = tessera::Layout::contiguous(DType::F32, &[8]).unwrap();
+    let mut mem = vec![1.0f32; 24];
+    let base = mem.as_mut_ptr() as *mut u8;
+    // SAFETY: the three 8-float tensors lie inside `mem`.
+    let t = |i: usize| TensorRef { ptr: unsafe { base.add(32 * i) }, layout };
+    let (a, b, d) = (t(0), t(1), t(2));
+    let pool = tessera_cpu::pool::ThreadPool::new(1).unwrap();
+    bencher.bench_local(|| {
+        pool.run(1, &|w| {
+            let mut src = [None; tessera::MAX_SRC];
+            src[0] = Some(a);
+            src[1] = Some(b);
+            let ctx = NodeCtx {
+                op: tessera::Op::Add,
+                dst: d,
+                src,
+                ith: 0,
+                nth: 1,
+                scratch: Scratch { ptr: std::ptr::null_mut(), len: 0 },
+                barrier: w.barrier,
+                isa: tessera_cpu::isa::Isa::Scalar,
+            };
+            for _ in 0..1000 {
+                binary::binary(divan::black_box(&ctx)).unwrap();
+            }
+        });
+    });
+}

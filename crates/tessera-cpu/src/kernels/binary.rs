@@ -1,0 +1,129 @@
+//! ADD, MUL, DIV with broadcasting (ggml's `binary-ops.cpp`).
+//!
+//! `dst[i0, i1, i2, i3] = op(src0[i0, i1, i2, i3], src1[i0 % ne10, i1 % ne11,
+//! i2 % ne12, i3 % ne13])`, computed in f32. `src0` and `dst` are F32, F16 or
+//! BF16 (the same type); `src1` is F32 or `src0`'s type. Any strides on any
+//! of the three; a row with contiguous elements takes a tighter loop. Works
+//! in place: each element is read before it is written, through raw pointers.
+//! Threads split the rows of `dst`.
+
+use half::{bf16, f16};
+use tessera::{DType, Error, Op, Result};
+
+use super::elem::{Float, unravel_row};
+use super::{NodeCtx, TensorRef};
+
+/// An element-wise f32 operation.
+trait BinOp {
+    fn apply(a: f32, b: f32) -> f32;
+}
+
+struct AddOp;
+struct MulOp;
+struct DivOp;
+
+impl BinOp for AddOp {
+    #[inline(always)]
+    fn apply(a: f32, b: f32) -> f32 {
+        a + b
+    }
+}
+
+impl BinOp for MulOp {
+    #[inline(always)]
+    fn apply(a: f32, b: f32) -> f32 {
+        a * b
+    }
+}
+
+impl BinOp for DivOp {
+    #[inline(always)]
+    fn apply(a: f32, b: f32) -> f32 {
+        a / b
+    }
+}
+
+/// Compute this thread's share of an ADD, MUL or DIV node.
+pub fn binary(ctx: &NodeCtx) -> Result<()> {
+    match ctx.op {
+        Op::Add => by_types::<AddOp>(ctx),
+        Op::Mul => by_types::<MulOp>(ctx),
+        Op::Div => by_types::<DivOp>(ctx),
+        op => Err(Error::op(op.name(), "not a binary op")),
+    }
+}
+
+fn by_types<O: BinOp>(ctx: &NodeCtx) -> Result<()> {
+    let (a, b) = (ctx.src(0)?, ctx.src(1)?);
+    match (a.layout.dtype, b.layout.dtype, ctx.dst.layout.dtype) {
+        (DType::F32, DType::F32, DType::F32) => run::<O, f32, f32>(ctx, &a, &b),
+        (DType::F16, DType::F16, DType::F16) => run::<O, f16, f16>(ctx, &a, &b),
+        (DType::BF16, DType::BF16, DType::BF16) => run::<O, bf16, bf16>(ctx, &a, &b),
+        (DType::F16, DType::F32, DType::F16) => run::<O, f16, f32>(ctx, &a, &b),
+        (DType::BF16, DType::F32, DType::BF16) => run::<O, bf16, f32>(ctx, &a, &b),
+        (ta, tb, td) => Err(Error::unsupported(
+            "CPU",
+            format!("{} of {ta} and {tb} into {td}", ctx.op.name()),
+        )),
+    }
+}
+
+/// `T` is the type of `src0` and `dst`, `U` the type of `src1`.
+fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef) -> Result<()> {
+    let d = &ctx.dst;
+    let ne = d.layout.ne;
+    let bne = b.layout.ne;
+    let nrows = ne[1] * ne[2] * ne[3];
+    if ne[0] == 0 || nrows == 0 {
+        return Ok(());
+    }
+    // `support` checked that each extent of `b` divides `a`'s; an empty `b`
+    // must not reach the modulo below. (No divisions here: this runs for
+    // every node, and nodes can be tiny.)
+    if a.layout.ne != ne || bne.contains(&0) {
+        return Err(Error::op(
+            ctx.op.name(),
+            format!("{} cannot be broadcast to {}", b.layout, a.layout),
+        ));
+    }
+    let (dnb0, anb0, bnb0) = (d.nb(0), a.nb(0), b.nb(0));
+    let contiguous = dnb0 == size_of::<T>() && anb0 == size_of::<T>() && bnb0 == size_of::<U>();
+    let (ne0, ne10) = (ne[0], bne[0]);
+    for ir in ctx.split(nrows) {
+        let (i1, i2, i3) = unravel_row(ir, &ne);
+        // SAFETY: in-range rows; `b`'s indices are reduced modulo its extents.
+        let (zr, xr, yr) = unsafe {
+            (
+                d.row(i1, i2, i3),
+                a.row(i1, i2, i3) as *const u8,
+                b.row(i1 % bne[1], i2 % bne[2], i3 % bne[3]) as *const u8,
+            )
+        };
+        if contiguous {
+            let (z, x, y) = (zr as *mut T, xr as *const T, yr as *const U);
+            let mut base = 0;
+            while base < ne0 {
+                for j in 0..ne10 {
+                    // SAFETY: `base + j < ne0` (ne0 is a multiple of ne10) and
+                    // `j < ne10`; rows are contiguous and aligned. Raw reads
+                    // and writes tolerate `z` aliasing `x` or `y` exactly.
+                    unsafe {
+                        let v = O::apply((*x.add(base + j)).to_f32(), (*y.add(j)).to_f32());
+                        *z.add(base + j) = T::from_f32(v);
+                    }
+                }
+                base += ne10;
+            }
+        } else {
+            for i in 0..ne0 {
+                // SAFETY: `i < ne0`, `i % ne10 < ne10`; strided, aligned elements.
+                unsafe {
+                    let xv = (xr.add(i * anb0) as *const T).read().to_f32();
+                    let yv = (yr.add(i % ne10 * bnb0) as *const U).read().to_f32();
+                    (zr.add(i * dnb0) as *mut T).write(T::from_f32(O::apply(xv, yv)));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Row dot products, one per weight type, chosen at run time by [`Isa`].
+//!
+//! A dot product multiplies one row of a weight type (`x`) by one row of that
+//! type's *dot type* (`y`, see [`vec_dot_type`]): activations are converted
+//! once (see [`super::act_quant`]) and then reused against every weight row,
+//! as in ggml's `type_traits_cpu[type].vec_dot`. Both rows are byte slices
+//! in ggml's block layout, so the functions make no alignment assumption and
+//! need no `unsafe` in the portable path; the AVX2 paths live in
+//! [`super::dot_avx2`] and are only handed out after the CPU was checked.
+//!
+//! Accumulation follows ggml: float rows accumulate in f32 (several lanes),
+//! quantized blocks accumulate exact integer sums per block, scaled in f32.
+
+use std::sync::OnceLock;
+
+use tessera::DType;
+
+use super::dot_quant;
+use crate::isa::Isa;
+
+/// `dot(x, y)`: `x` holds whole rows of the weight type, `y` the same number
+/// of values in its dot type. Extra trailing bytes of either are ignored;
+/// blocks are paired from the start.
+pub type DotFn = fn(x: &[u8], y: &[u8]) -> f32;
+
+/// The type activations are converted to before being dotted with rows of
+/// `weights` (ggml's `vec_dot_type`), or `None` if there is no dot product
+/// for `weights`.
+pub fn vec_dot_type(weights: DType) -> Option<DType> {
+    match weights {
+        DType::F32 => Some(DType::F32),
+        DType::F16 => Some(DType::F16),
+        DType::BF16 => Some(DType::BF16),
+        DType::Q8_0 | DType::Q4_0 => Some(DType::Q8_0),
+        DType::Q4K | DType::Q6K => Some(DType::Q8K),
+        DType::Q8K | DType::I32 | DType::I64 => None,
+    }
+}
+
+/// The dot product of `weights` rows with [`vec_dot_type`] rows for `isa`
+/// (the portable one if `isa` is not available on this CPU).
+pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
+    if isa == Isa::Avx2
+        && isa.available()
+        && let Some(f) = super::dot_avx2::dot_fn(weights)
+    {
+        return Some(f);
+    }
+    scalar_dot_fn(weights)
+}
+
+/// The portable dot product for `weights`.
+pub fn scalar_dot_fn(weights: DType) -> Option<DotFn> {
+    Some(match weights {
+        DType::F32 => dot_f32,
+        DType::F16 => dot_f16,
+        DType::BF16 => dot_bf16,
+        DType::Q8_0 => dot_quant::dot_q8_0_q8_0,
+        DType::Q4_0 => dot_quant::dot_q4_0_q8_0,
+        DType::Q4K => dot_quant::dot_q4_k_q8_k,
+        DType::Q6K => dot_quant::dot_q6_k_q8_k,
+        DType::Q8K | DType::I32 | DType::I64 => return None,
+    })
+}
+
+/// Lanes of the portable float dot products (lets the compiler vectorise
+/// without reassociating a single sum).
+const LANES: usize = 8;
+
+/// Sum of `f(x_i) * f(y_i)` over element pairs of `W` bytes each, in
+/// [`LANES`] f32 accumulators.
+#[inline(always)]
+fn dot_lanes<const W: usize>(x: &[u8], y: &[u8], f: impl Fn(&[u8]) -> f32) -> f32 {
+    let n = (x.len() / W).min(y.len() / W);
+    let (x, y) = (&x[..n * W], &y[..n * W]);
+    let mut acc = [0f32; LANES];
+    let xc = x.chunks_exact(W * LANES);
+    let yc = y.chunks_exact(W * LANES);
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (xb, yb) in xc.zip(yc) {
+        for ((a, xe), ye) in acc
+            .iter_mut()
+            .zip(xb.chunks_exact(W))
+            .zip(yb.chunks_exact(W))
+        {
+            *a += f(xe) * f(ye);
+        }
+    }
+    let mut tail = 0f32;
+    for (xe, ye) in xr.chunks_exact(W).zip(yr.chunks_exact(W)) {
+        tail += f(xe) * f(ye);
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn f32_at(b: &[u8]) -> f32 {
+    f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[inline(always)]
+fn bf16_at(b: &[u8]) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+}
+
+/// F32 x F32.
+pub fn dot_f32(x: &[u8], y: &[u8]) -> f32 {
+    dot_lanes::<4>(x, y, f32_at)
+}
+
+/// Every f16 bit pattern widened to f32 (ggml's `ggml_table_f32_f16`): the
+/// portable conversion is a bit-twiddling routine about 20x slower than a
+/// table look-up inside dot loops. 256 KiB, built on first use.
+pub(crate) fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: OnceLock<Box<[f32; 65536]>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (bits, v) in (0..=u16::MAX).zip(t.iter_mut()) {
+            *v = half::f16::from_bits(bits).to_f32();
+        }
+        t
+    })
+}
+
+/// F16 x F16, accumulated in f32.
+pub fn dot_f16(x: &[u8], y: &[u8]) -> f32 {
+    let t = f16_table();
+    dot_lanes::<2>(x, y, |b| t[usize::from(u16::from_le_bytes([b[0], b[1]]))])
+}
+
+/// BF16 x BF16, accumulated in f32.
+pub fn dot_bf16(x: &[u8], y: &[u8]) -> f32 {
+    dot_lanes::<2>(x, y, bf16_at)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn bytes_f32(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn float_dots_match_f64_for_odd_lengths() {
+        for n in [0usize, 1, 7, 8, 9, 33, 100] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.25).collect();
+            let y: Vec<f32> = (0..n).map(|i| ((i * 5 % 13) as f32 - 6.0) * 0.5).collect();
+            // Quarter and half steps are exact in f16 and bf16 too.
+            let want: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            let h = |v: &[f32]| -> Vec<u8> {
+                v.iter()
+                    .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
+                    .collect()
+            };
+            let b = |v: &[f32]| -> Vec<u8> {
+                v.iter()
+                    .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+                    .collect()
+            };
+            for isa in Isa::all_available() {
+                let f32d = dot_fn(DType::F32, isa).unwrap();
+                let f16d = dot_fn(DType::F16, isa).unwrap();
+                let bf16d = dot_fn(DType::BF16, isa).unwrap();
+                assert_eq!(
+                    f64::from(f32d(&bytes_f32(&x), &bytes_f32(&y))),
+                    want,
+                    "{n} {isa:?}"
+                );
+                assert_eq!(f64::from(f16d(&h(&x), &h(&y))), want, "{n} {isa:?}");
+                assert_eq!(f64::from(bf16d(&b(&x), &b(&y))), want, "{n} {isa:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_types_follow_ggml() {
+        assert_eq!(vec_dot_type(DType::Q4_0), Some(DType::Q8_0));
+        assert_eq!(vec_dot_type(DType::Q6K), Some(DType::Q8K));
+        assert_eq!(vec_dot_type(DType::I32), None);
+        assert!(dot_fn(DType::Q8K, Isa::Scalar).is_none());
+        for t in tessera::MUL_MAT_WEIGHT_TYPES {
+            for isa in [Isa::Scalar, Isa::Avx2] {
+                assert!(dot_fn(t, isa).is_some(), "{t}");
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! GLU: gated linear units `act(x) * g` (SWIGLU, GEGLU, REGLU, GEGLU_ERF).
+//!
+//! Fused form (one operand of `2n` columns): `x` is the first half of each
+//! row and `g` the second, or the reverse when `swapped`. Split form: `x` is
+//! `src0` and `g` is `src1`, of the same type and shape. F32, F16, BF16 with
+//! any strides, computed in f32. REGLU is ggml's `x > 0 ? x * g : 0` (not
+//! `relu(x) * g`, which differs when `g` is infinite). Threads split rows.
+
+use tessera::{Error, GluOp, Op, Result};
+
+use super::elem::{Float, load, store, rows, with_float};
+use super::{NodeCtx, TensorRef, math};
+
+/// Compute this thread's share of a GLU node.
+pub fn glu(ctx: &NodeCtx) -> Result<()> {
+    let Op::Glu { op, swapped } = ctx.op else {
+        return Err(Error::op(ctx.op.name(), "not a GLU node"));
+    };
+    let a = ctx.src(0)?;
+    let dt = ctx.dst.layout.dtype;
+    if a.layout.dtype != dt || ctx.src[1].is_some_and(|b| b.layout.dtype != dt) {
+        return Err(Error::unsupported(
+            "CPU",
+            format!("{} with mixed types", op.name()),
+        ));
+    }
+    with_float!(dt, T => match op {
+        GluOp::SwiGlu => run::<T>(ctx, &a, swapped, |x, g| math::silu(x) * g),
+        GluOp::GeGlu => run::<T>(ctx, &a, swapped, |x, g| math::gelu(x) * g),
+        GluOp::ReGlu => run::<T>(ctx, &a, swapped, |x, g| if x > 0.0 { x * g } else { 0.0 }),
+        GluOp::GeGluErf => run::<T>(ctx, &a, swapped, |x, g| math::gelu_erf(x) * g),
+    }, _ => Err(Error::unsupported("CPU", format!("{} of {dt}", op.name()))))
+}
+
+fn run<T: Float>(
+    ctx: &NodeCtx,
+    a: &TensorRef,
+    swapped: bool,
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<()> {
+    let d = &ctx.dst;
+    let ne = d.layout.ne;
+    let nc = ne[0];
+    // (tensor of x, tensor of g, element offset of x, element offset of g)
+    let (xt, gt, xo, go) = match ctx.src[1] {
+        Some(b) => {
+            if a.layout.ne != ne || b.layout.ne != ne {
+                return Err(shape_error(ctx, a));
+            }
+            (*a, b, 0, 0)
+        }
+        None => {
+            let mut half = a.layout.ne;
+            half[0] /= 2;
+            if half != ne || a.layout.ne[0] != 2 * nc {
+                return Err(shape_error(ctx, a));
+            }
+            if swapped {
+                (*a, *a, nc, 0)
+            } else {
+                (*a, *a, 0, nc)
+            }
+        }
+    };
+    let (xnb, gnb, dnb) = (xt.nb(0), gt.nb(0), d.nb(0));
+    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+        // SAFETY: in-range rows; the offsets `xo`, `go` plus `nc` stay inside
+        // the fused row of `2 nc` elements.
+        let (xr, gr, yr) = unsafe {
+            (
+                xt.row(i1, i2, i3).add(xo * xnb) as *const u8,
+                gt.row(i1, i2, i3).add(go * gnb) as *const u8,
+                d.row(i1, i2, i3),
+            )
+        };
+        for i in 0..nc {
+            // SAFETY: `i < nc`: in-range, aligned elements of each row.
+            unsafe { store::<T>(yr, i, dnb, f(load::<T>(xr, i, xnb), load::<T>(gr, i, gnb))) };
+        }
+    }
+    Ok(())
+}
+
+fn shape_error(ctx: &NodeCtx, a: &TensorRef) -> Error {
+    Error::op(
+        ctx.op.display_name(),
+        format!(
+            "operand {} does not fit result {}",
+            a.layout, ctx.dst.layout
+        ),
+    )
+}

@@ -1,0 +1,363 @@
+//! MUL_MAT: `dst[i, j, i12, i13] = sum_l a[l, i, i12 / r2, i13 / r3] * b[l, j, i12, i13]`
+//! for every weight type of [`tessera::MUL_MAT_WEIGHT_TYPES`], with ggml's
+//! algorithm and broadcasting rules (`r2 = ne12 / ne02`, `r3 = ne13 / ne03`).
+//!
+//! Two phases, separated by one barrier:
+//! 1. **Convert `b`**: the f32 activations are converted to the weights' dot
+//!    type ([`vec_dot_type`]: F16, BF16, Q8_0, Q8K, or F32 when `b`'s rows are
+//!    not contiguous) into `scratch`, the threads sharing the (row, group)
+//!    units. F32 weights with contiguous `b` rows read `b` in place.
+//! 2. **Multiply**: the output is cut into chunks over `m` (rows of `a`) and
+//!    `n * ne12 * ne13` (columns of `b`), as ggml does (16x16 chunks, or one
+//!    chunk per thread along the larger side when there are few); threads take
+//!    chunks from a shared counter in `scratch`, so a thread slowed by the OS
+//!    does not hold the others back. Inside a chunk, a [`BLOCK_M`] x
+//!    [`BLOCK_N`] tile loop calls the per-type row dot product chosen by
+//!    `ctx.isa`: the place where multi-row SIMD micro-kernels will go.
+//!
+//! The kernel validates every layout it is given (the node may come from a
+//! deserialised graph), and never panics; a failed validation is reported by
+//! every thread after the same single barrier.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Op, Result};
+
+use super::act_quant::{GROUP, convert_strided};
+use super::dot::{DotFn, dot_fn, vec_dot_type};
+use super::{NodeCtx, TensorRef};
+
+/// Bytes at the start of the scratch holding the shared chunk counter (a
+/// cache line, so the converted activations do not share it).
+const COUNTER_BYTES: usize = 64;
+/// Output rows (of `a`) per tile.
+const BLOCK_M: usize = 16;
+/// Output columns (of `b`) per tile.
+const BLOCK_N: usize = 16;
+
+/// Can the CPU multiply weights `a` by activations `b`?
+pub fn mul_mat_supported(a: &Layout, b: &Layout) -> bool {
+    shape_check(a, b).is_ok() && scratch_bytes(a, b).is_some()
+}
+
+/// Scratch bytes a MUL_MAT node needs (the chunk counter and the activations
+/// converted to the weights' dot type); `usize::MAX` if that overflows.
+pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+    let _ = nth;
+    scratch_bytes(a, b).unwrap_or(usize::MAX)
+}
+
+/// Compute this thread's share of `dst = a^T b`.
+pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
+    let plan = Plan::new(ctx);
+    let converted = match &plan {
+        Ok(p) => p.convert_share(ctx),
+        Err(_) => Ok(()),
+    };
+    if let Ok(p) = &plan
+        && ctx.ith == 0
+    {
+        // The first chunk of every thread is its index; the counter hands
+        // out the rest. Published to the other threads by the barrier.
+        p.counter.store(ctx.nth, Ordering::Relaxed);
+    }
+    // Every thread waits exactly once, whatever happened above.
+    ctx.barrier.wait();
+    let plan = plan?;
+    converted?;
+    plan.multiply_share(ctx)
+}
+
+/// Does `b` need converting into scratch before the dot products?
+fn needs_conversion(a: &Layout, b: &Layout) -> bool {
+    a.dtype != DType::F32 || !b.is_contiguous_rows()
+}
+
+/// Scratch bytes for `a x b`, `None` on overflow or for a weight type
+/// without a dot product.
+fn scratch_bytes(a: &Layout, b: &Layout) -> Option<usize> {
+    let dt = vec_dot_type(a.dtype)?;
+    if !needs_conversion(a, b) {
+        return Some(COUNTER_BYTES);
+    }
+    let row = dt.row_size(b.ne[0]).ok()?;
+    let rows = b.ne[1].checked_mul(b.ne[2])?.checked_mul(b.ne[3])?;
+    row.checked_mul(rows)?.checked_add(COUNTER_BYTES)
+}
+
+/// The operand checks shared by [`mul_mat_supported`] and the kernel.
+fn shape_check(a: &Layout, b: &Layout) -> Result<()> {
+    let bad = |why: String| Err(Error::op("MUL_MAT", why));
+    if !MUL_MAT_WEIGHT_TYPES.contains(&a.dtype) || vec_dot_type(a.dtype).is_none() {
+        return bad(format!(
+            "weights of type {} are not supported on the CPU",
+            a.dtype
+        ));
+    }
+    if b.dtype != DType::F32 {
+        return bad(format!("activations must be f32, not {}", b.dtype));
+    }
+    if a.ne[0] != b.ne[0] {
+        return bad(format!("a {a} and b {b} differ in row length"));
+    }
+    if !a.ne[0].is_multiple_of(a.dtype.block_size()) {
+        return bad(format!("a {a}: rows are not whole {} blocks", a.dtype));
+    }
+    if a.ne[2] == 0
+        || a.ne[3] == 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
+    {
+        return bad(format!("a {a} cannot be broadcast over b {b}"));
+    }
+    if !a.is_contiguous_rows() {
+        return bad(format!(
+            "a {a} must have contiguous rows (nb0 = {})",
+            a.dtype.type_size()
+        ));
+    }
+    a.checked_nbytes()?;
+    b.checked_nbytes()?;
+    Ok(())
+}
+
+/// Everything a thread needs, validated once.
+struct Plan<'s> {
+    a: TensorRef,
+    b: TensorRef,
+    dst: TensorRef,
+    dot: DotFn,
+    dot_type: DType,
+    /// `b` was converted into `conv` (else read in place).
+    converted: bool,
+    /// Bytes of one row of `a`, and of one converted (or in-place) `b` row.
+    a_row: usize,
+    b_row: usize,
+    /// Broadcast ratios of dims 2 and 3.
+    r2: usize,
+    r3: usize,
+    counter: &'s AtomicUsize,
+    /// The converted activations (`rows(b) * b_row` bytes after the counter).
+    conv: *mut u8,
+}
+
+impl<'s> Plan<'s> {
+    fn new(ctx: &'s NodeCtx<'_>) -> Result<Self> {
+        if !matches!(ctx.op, Op::MulMat) {
+            return Err(Error::op(
+                "MUL_MAT",
+                format!("kernel called for {}", ctx.op.name()),
+            ));
+        }
+        let (a, b, dst) = (ctx.src(0)?, ctx.src(1)?, ctx.dst);
+        let (la, lb, ld) = (a.layout, b.layout, dst.layout);
+        shape_check(&la, &lb)?;
+        let want = [la.ne[1], lb.ne[1], lb.ne[2], lb.ne[3]];
+        if ld.dtype != DType::F32 || ld.ne != want || !ld.is_contiguous() {
+            return Err(Error::op(
+                "MUL_MAT",
+                format!("dst {ld} must be contiguous f32 {want:?}"),
+            ));
+        }
+        let dot_type = vec_dot_type(la.dtype).ok_or_else(|| {
+            Error::unsupported("CPU", format!("MUL_MAT with {} weights", la.dtype))
+        })?;
+        let dot = dot_fn(la.dtype, ctx.isa).ok_or_else(|| {
+            Error::unsupported("CPU", format!("MUL_MAT with {} weights", la.dtype))
+        })?;
+        let need = scratch_bytes(&la, &lb)
+            .ok_or_else(|| Error::Overflow(format!("MUL_MAT scratch for b {lb}")))?;
+        let s = ctx.scratch;
+        if s.len < need
+            || s.ptr.is_null()
+            || !(s.ptr as usize).is_multiple_of(align_of::<AtomicUsize>())
+        {
+            return Err(Error::InvalidLayout(format!(
+                "MUL_MAT needs {need} bytes of aligned scratch, {} given",
+                s.len
+            )));
+        }
+        // SAFETY: the scratch is valid, shared memory of at least
+        // COUNTER_BYTES bytes, aligned for an AtomicUsize (checked above), and
+        // only ever accessed atomically at this offset by the node's threads.
+        let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
+        let converted = needs_conversion(&la, &lb);
+        Ok(Plan {
+            a,
+            b,
+            dst,
+            dot,
+            dot_type,
+            converted,
+            a_row: la.row_bytes(),
+            b_row: if converted {
+                dot_type.row_size(lb.ne[0])?
+            } else {
+                lb.ne[0] * 4
+            },
+            r2: lb.ne[2] / la.ne[2],
+            r3: lb.ne[3] / la.ne[3],
+            counter,
+            // SAFETY: COUNTER_BYTES <= need <= s.len.
+            conv: unsafe { s.ptr.add(COUNTER_BYTES) },
+        })
+    }
+
+    /// Rows of `b` (and of the output): `n * ne12 * ne13`.
+    fn cols(&self) -> usize {
+        self.b.layout.nrows()
+    }
+
+    /// (i11, i12, i13) of flat column `j`.
+    fn col_index(&self, j: usize) -> (usize, usize, usize) {
+        let (n1, n2) = (self.b.ne(1), self.b.ne(2));
+        (j % n1, j / n1 % n2, j / (n1 * n2))
+    }
+
+    /// Phase 1: convert this thread's share of `b` into the scratch.
+    fn convert_share(&self, ctx: &NodeCtx) -> Result<()> {
+        let k = self.b.ne(0);
+        if !self.converted || k == 0 {
+            return Ok(());
+        }
+        let bs = self.dot_type.block_size();
+        let ts = self.dot_type.type_size();
+        // Units of GROUP values (whole blocks: GROUP is a multiple of every
+        // block size, and quantized rows are whole blocks).
+        let groups = k.div_ceil(GROUP);
+        let units = ctx.split(groups * self.cols());
+        let mut u = units.start;
+        while u < units.end {
+            let (row, g0) = (u / groups, u % groups);
+            let g1 = groups.min(g0 + (units.end - u));
+            let (e0, e1) = (g0 * GROUP, (g1 * GROUP).min(k));
+            let (i11, i12, i13) = self.col_index(row);
+            // SAFETY: row < rows(b), so (i11, i12, i13) is in range and
+            // elements e0..e1 < k of that row lie in b's memory.
+            let src = unsafe { self.b.row(i11, i12, i13).add(e0 * self.b.nb(0)) };
+            let off = row * self.b_row + e0 / bs * ts;
+            let len = (e1 - e0) / bs * ts;
+            // SAFETY: off + len <= rows(b) * b_row, inside the scratch (checked
+            // in `new`); units are disjoint between threads, so this slice is
+            // written by this thread only, and nobody reads it before the barrier.
+            let out = unsafe { std::slice::from_raw_parts_mut(self.conv.add(off), len) };
+            // SAFETY: elements e0..e1 of the row, at stride nb0, are in b.
+            unsafe { convert_strided(self.dot_type, src, self.b.nb(0), e1 - e0, out)? };
+            u += g1 - g0;
+        }
+        Ok(())
+    }
+
+    /// Phase 2: compute chunks of the output until none are left.
+    fn multiply_share(&self, ctx: &NodeCtx) -> Result<()> {
+        let (nr0, nr1) = (self.a.ne(1), self.cols());
+        if nr0 == 0 || nr1 == 0 {
+            return Ok(());
+        }
+        let nth = ctx.nth.max(1);
+        let size = if nr0 == 1 || nr1 == 1 { 64 } else { 16 };
+        let (mut nc0, mut nc1) = (nr0.div_ceil(size), nr1.div_ceil(size));
+        if nc0.saturating_mul(nc1) < nth.saturating_mul(4) {
+            (nc0, nc1) = if nr0 > nr1 { (nth, 1) } else { (1, nth) };
+        }
+        let (dr0, dr1) = (nr0.div_ceil(nc0), nr1.div_ceil(nc1));
+        let total = nc0 * nc1;
+        let mut chunk = ctx.ith;
+        while chunk < total {
+            let (c0, c1) = (chunk % nc0, chunk / nc0);
+            let rows = (c0 * dr0).min(nr0)..((c0 + 1) * dr0).min(nr0);
+            let cols = (c1 * dr1).min(nr1)..((c1 + 1) * dr1).min(nr1);
+            self.chunk(rows, cols);
+            if nth >= total {
+                break;
+            }
+            chunk = self.counter.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Output rows `rows` x flat columns `cols`, in tiles of at most
+    /// [`BLOCK_M`] rows by [`BLOCK_N`] columns of one matrix of `b` (so one
+    /// matrix of `a`).
+    fn chunk(&self, rows: Range<usize>, cols: Range<usize>) {
+        let n1 = self.b.ne(1);
+        let mut tile = [[0f32; BLOCK_M]; BLOCK_N];
+        let mut j0 = cols.start;
+        while j0 < cols.end {
+            let (i11, i12, i13) = self.col_index(j0);
+            // Columns j0..j1 share (i12, i13) and fit in one tile.
+            let j1 = cols.end.min(j0 + BLOCK_N).min(j0 + (n1 - i11));
+            let mut ys: [&[u8]; BLOCK_N] = [&[]; BLOCK_N];
+            for (c, y) in ys.iter_mut().enumerate().take(j1 - j0) {
+                *y = self.b_col(j0 + c, i11 + c, i12, i13);
+            }
+            let ys = &ys[..j1 - j0];
+            for t0 in rows.clone().step_by(BLOCK_M) {
+                let m = (t0 + BLOCK_M).min(rows.end) - t0;
+                if self.a_row == 0 {
+                    tile.iter_mut().for_each(|col| col.fill(0.0));
+                } else {
+                    // SAFETY: i12 / r2 < ne02 and i13 / r3 < ne03 (r2, r3 are
+                    // the exact ratios), so this is a matrix of `a`.
+                    let a0 = unsafe { self.a.row(0, i12 / self.r2, i13 / self.r3) };
+                    self.tile(a0, t0..t0 + m, ys, &mut tile);
+                }
+                for (c, col) in tile.iter().enumerate().take(ys.len()) {
+                    // SAFETY: dst is contiguous f32 [m, n, ne12, ne13]; output
+                    // row (i11 + c, i12, i13) is in range and holds ne01 values,
+                    // of which t0..t0 + m belong to this chunk, which only this
+                    // thread computes.
+                    unsafe {
+                        let d = self.dst.row(i11 + c, i12, i13).add(t0 * 4);
+                        std::ptr::copy_nonoverlapping(col.as_ptr().cast::<u8>(), d, m * 4);
+                    }
+                }
+            }
+            j0 = j1;
+        }
+    }
+
+    /// One tile: `out[c][r - rows.start] = a[r] . ys[c]` for rows `rows` of the
+    /// matrix at `a0` (at most [`BLOCK_M`]) and the columns `ys`. The place
+    /// for multi-row, multi-column SIMD micro-kernels; for now each weight
+    /// row is dotted with every column while it is hot in L1.
+    #[inline]
+    fn tile(
+        &self,
+        a0: *mut u8,
+        rows: Range<usize>,
+        ys: &[&[u8]],
+        out: &mut [[f32; BLOCK_M]; BLOCK_N],
+    ) {
+        let nb01 = self.a.nb(1);
+        for (r, row) in rows.enumerate() {
+            // SAFETY: the caller passes rows below ne01 of a matrix of `a`;
+            // each row is `a_row` contiguous bytes.
+            let x = unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+            for (y, col) in ys.iter().zip(out.iter_mut()) {
+                if let Some(o) = col.get_mut(r) {
+                    *o = (self.dot)(x, y);
+                }
+            }
+        }
+    }
+
+    /// The (converted or in-place) activations of flat column `j`.
+    fn b_col(&self, j: usize, i11: usize, i12: usize, i13: usize) -> &[u8] {
+        if self.b_row == 0 {
+            return &[];
+        }
+        // SAFETY: converted rows are `b_row` bytes each at `conv + j * b_row`,
+        // written before the barrier and read-only since. In place, `b` has
+        // contiguous f32 rows of `b_row = 4k` bytes and (i11, i12, i13) is in range.
+        unsafe {
+            let p = if self.converted {
+                self.conv.add(j * self.b_row)
+            } else {
+                self.b.row(i11, i12, i13)
+            };
+            std::slice::from_raw_parts(p, self.b_row)
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Tessera's CPU device: host memory, a persistent thread pool, and a kernel
+//! for every op.
+//!
+//! - [`CpuDevice`] / [`CpuFamily`]: the device (`CPU`) and its registry entry;
+//!   [`register`] adds the family to [`tessera::Registry::global`], and
+//!   [`device`] is the process-wide device;
+//! - [`CpuStream`]: a synchronous stream with a thread count, an abort
+//!   callback and events ([`CpuEvent`]);
+//! - `exec` (private): validates a graph range, resolves every tensor to a
+//!   pointer, and runs the nodes on the pool ([`pool`]) with a barrier after
+//!   each;
+//! - [`support`]: the exact `supports_op` oracle;
+//! - [`kernels`]: one module per op family, ggml's semantics;
+//! - [`isa`]: the instruction set chosen at run time.
+
+pub mod device;
+pub mod event;
+mod exec;
+pub mod isa;
+pub mod kernels;
+pub mod pool;
+pub mod stream;
+pub mod support;
+mod sysinfo;
+
+use std::sync::{Arc, OnceLock};
+
+pub use device::{CpuDevice, CpuFamily};
+pub use event::CpuEvent;
+pub use stream::CpuStream;
+
+/// The process-wide CPU device.
+pub fn device() -> Arc<CpuDevice> {
+    static DEVICE: OnceLock<Arc<CpuDevice>> = OnceLock::new();
+    DEVICE.get_or_init(CpuDevice::new).clone()
+}
+
+/// Add the CPU family (with the process-wide [`device`]) to
+/// [`tessera::Registry::global`]. Calling it again does nothing.
+pub fn register() {
+    tessera::Registry::global().register(Arc::new(CpuFamily::new(device())));
+}

@@ -1,0 +1,311 @@
+//! Which nodes the CPU device can compute: [`supports_op`].
+//!
+//! This is the placement oracle the scheduler trusts, and the executor's
+//! gate before any kernel runs, so it is exact: it says yes to precisely the
+//! type, shape and stride combinations the kernels handle. A node may come
+//! from a deserialized graph rather than the validating builder, so nothing
+//! is assumed: operand ids, extents, strides (element-aligned, and a result
+//! that does not overlap itself) and the op's own shape rules are checked.
+//! MUL_MAT and FLASH_ATTN_EXT defer to their kernels' own predicates.
+
+use tessera::{DType, Graph, Layout, MAX_SRC, Op, TensorId};
+
+use crate::kernels::elem::elem_align;
+use crate::kernels::{attention, matmul};
+
+/// Can the CPU compute node `id` of `graph`? Leaves and views (RESHAPE,
+/// VIEW, PERMUTE, TRANSPOSE) need no compute and are supported.
+pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
+    let Ok(node) = graph.node(id) else {
+        return false;
+    };
+    if node.op.is_leaf() || node.op.is_view() {
+        return true;
+    }
+    let mut src: [Option<&Layout>; MAX_SRC] = [None; MAX_SRC];
+    for (slot, s) in src.iter_mut().zip(node.srcs.iter()) {
+        if let Some(s) = s {
+            match graph.nodes().get(s.index()) {
+                Some(n) => *slot = Some(&n.layout),
+                None => return false,
+            }
+        }
+    }
+    let dst = &node.layout;
+    if !sane(dst) || !self_disjoint(dst) || !src.iter().flatten().all(|l| sane(l)) {
+        return false;
+    }
+    op_supported(&node.op, dst, &src)
+}
+
+/// `supports_op` on layouts: the op's rules for these operand layouts.
+pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bool {
+    let floats = |t: DType| t.is_float();
+    match (op, src[0], src[1], src[2]) {
+        (Op::Dup | Op::Cont, Some(a), _, _) => copy_ok(a, d),
+        (Op::Cpy, Some(a), Some(b), _) => b == d && copy_ok(a, d),
+        (Op::GetRows, Some(a), Some(ids), _) => get_rows_ok(a, ids, d),
+        (Op::SetRows, Some(base), Some(rows), Some(ids)) => base == d && set_rows_ok(d, rows, ids),
+        (Op::Add | Op::Mul | Op::Div, Some(a), Some(b), _) => {
+            floats(a.dtype)
+                && d.dtype == a.dtype
+                && (b.dtype == DType::F32 || b.dtype == a.dtype)
+                && d.ne == a.ne
+                && b.ne.iter().zip(a.ne.iter()).all(|(&nb, &na)| {
+                    if nb == 0 {
+                        na == 0
+                    } else {
+                        na.is_multiple_of(nb)
+                    }
+                })
+        }
+        (Op::Scale { .. }, Some(a), _, _) => {
+            a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
+        }
+        (Op::Unary(_), Some(a), _, _) => floats(a.dtype) && d.dtype == a.dtype && a.ne == d.ne,
+        (Op::Glu { .. }, Some(a), b, _) => {
+            let same_type = floats(a.dtype) && d.dtype == a.dtype;
+            match b {
+                Some(b) => same_type && b.dtype == a.dtype && b.ne == a.ne && d.ne == a.ne,
+                None => {
+                    let mut half = a.ne;
+                    half[0] /= 2;
+                    same_type && a.ne[0].is_multiple_of(2) && d.ne == half
+                }
+            }
+        }
+        (Op::RmsNorm { .. } | Op::Norm { .. }, Some(a), _, _) => {
+            a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
+        }
+        (Op::SoftMax { .. }, Some(a), mask, None) => {
+            a.dtype == DType::F32
+                && d.dtype == DType::F32
+                && a.ne == d.ne
+                && mask.is_none_or(|m| {
+                    matches!(m.dtype, DType::F16 | DType::F32)
+                        && m.ne[0] == a.ne[0]
+                        && m.ne[1] >= a.ne[1]
+                        && m.ne[2] > 0
+                        && m.ne[3] > 0
+                        && a.ne[2].is_multiple_of(m.ne[2])
+                        && a.ne[3].is_multiple_of(m.ne[3])
+                })
+        }
+        (Op::Rope(p), Some(a), Some(pos), ff) => {
+            matches!(a.dtype, DType::F32 | DType::F16)
+                && d.dtype == a.dtype
+                && d.ne == a.ne
+                && a.nb[0] == a.dtype.type_size()
+                && d.nb[0] == d.dtype.type_size()
+                && pos.dtype == DType::I32
+                && pos.ne[0] >= a.ne[2]
+                && p.n_dims > 0
+                && p.n_dims.is_multiple_of(2)
+                && p.n_dims <= a.ne[0]
+                && ff.is_none_or(|f| f.dtype == DType::F32 && f.ne[0] >= p.n_dims / 2)
+        }
+        (Op::Concat { dim }, Some(a), Some(b), _) => {
+            let dim = usize::from(*dim);
+            dim < 4
+                && !d.dtype.is_quantized()
+                && a.dtype == d.dtype
+                && b.dtype == d.dtype
+                && (0..4).all(|i| {
+                    if i == dim {
+                        a.ne[i].checked_add(b.ne[i]) == Some(d.ne[i])
+                    } else {
+                        a.ne[i] == d.ne[i] && b.ne[i] == d.ne[i]
+                    }
+                })
+        }
+        (Op::Argmax, Some(a), _, _) => {
+            a.dtype == DType::F32
+                && d.dtype == DType::I32
+                && a.ne[2] == 1
+                && a.ne[3] == 1
+                && d.ne == [a.ne[1], 1, 1, 1]
+                && i32::try_from(a.ne[0]).is_ok()
+        }
+        (Op::SumRows, Some(a), _, _) => {
+            a.dtype == DType::F32 && d.dtype == DType::F32 && d.ne == [1, a.ne[1], a.ne[2], a.ne[3]]
+        }
+        (Op::MulMat, Some(a), Some(b), _) => {
+            d.dtype == DType::F32
+                && d.ne == [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
+                && matmul::mul_mat_supported(a, b)
+        }
+        (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
+            d.dtype == DType::F32
+                && d.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]
+                && attention::flash_attn_supported(q, k, v, src[3])
+        }
+        _ => false,
+    }
+}
+
+/// Quantized types the kernels convert to and from F32.
+const QUANT: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+
+/// Rows of whole blocks, elements adjacent within a row.
+fn rows_ok(l: &Layout) -> bool {
+    l.is_contiguous_rows() && l.dtype.row_size(l.ne[0]).is_ok()
+}
+
+fn copy_ok(a: &Layout, d: &Layout) -> bool {
+    let (s, t) = (a.dtype, d.dtype);
+    if a.checked_nelements().ok() != d.checked_nelements().ok() || a.checked_nelements().is_err() {
+        return false;
+    }
+    if s.is_quantized() || t.is_quantized() {
+        let convertible = s == t
+            || s == DType::F32 && QUANT.contains(&t)
+            || QUANT.contains(&s) && t == DType::F32;
+        return convertible && a.ne[0] == d.ne[0] && rows_ok(a) && rows_ok(d);
+    }
+    s == t || s.is_float() && t.is_float()
+}
+
+fn get_rows_ok(a: &Layout, ids: &Layout, d: &Layout) -> bool {
+    let st = a.dtype;
+    let typed = match st {
+        DType::I32 => d.dtype == DType::I32 && rows_ok(a) && rows_ok(d),
+        t if QUANT.contains(&t) => d.dtype == DType::F32 && rows_ok(a) && rows_ok(d),
+        t => t.is_float() && d.dtype == DType::F32,
+    };
+    typed
+        && ids.dtype == DType::I32
+        && ids.ne[3] == 1
+        && d.ne == [a.ne[0], ids.ne[0], ids.ne[1], ids.ne[2]]
+        && a.ne[2] == ids.ne[1]
+        && a.ne[3] == ids.ne[2]
+}
+
+fn set_rows_ok(d: &Layout, rows: &Layout, ids: &Layout) -> bool {
+    let t = d.dtype;
+    let typed = t.is_float() || QUANT.contains(&t) && rows_ok(d) && rows_ok(rows);
+    typed
+        && rows.dtype == DType::F32
+        && matches!(ids.dtype, DType::I32 | DType::I64)
+        && d.ne[0] == rows.ne[0]
+        && d.ne[2] == rows.ne[2]
+        && d.ne[3] == rows.ne[3]
+        && ids.ne[0] == rows.ne[1]
+        && ids.ne[1] > 0
+        && ids.ne[2] > 0
+        && ids.ne[3] == 1
+        && rows.ne[2].is_multiple_of(ids.ne[1])
+        && rows.ne[3].is_multiple_of(ids.ne[2])
+}
+
+/// Size computable, rows of whole blocks, strides of every dimension with
+/// more than one element aligned for the element type.
+fn sane(l: &Layout) -> bool {
+    let align = elem_align(l.dtype);
+    l.checked_nbytes().is_ok()
+        && l.checked_nelements().is_ok()
+        && l.ne[0].is_multiple_of(l.dtype.block_size())
+        && (0..4).all(|i| l.ne[i] <= 1 || l.nb[i].is_multiple_of(align))
+        && (!l.dtype.is_quantized()
+            || l.ne[0] <= l.dtype.block_size()
+            || l.nb[0] == l.dtype.type_size())
+}
+
+/// No two elements of `l` share a byte: sorted by stride, each dimension's
+/// stride is at least the span of all faster dimensions.
+pub fn self_disjoint(l: &Layout) -> bool {
+    if l.ne.contains(&0) || l.is_contiguous() {
+        return true;
+    }
+    let bs = l.dtype.block_size();
+    // (stride, extent) of the dimensions with more than one element; no
+    // allocation: this runs for every node of every compute.
+    let mut dims = [(0usize, 0usize); 4];
+    let mut k = 0;
+    for i in 0..4 {
+        let n = if i == 0 { l.ne[0] / bs } else { l.ne[i] };
+        if n > 1 {
+            dims[k] = (l.nb[i], n);
+            k += 1;
+        }
+    }
+    let dims = &mut dims[..k];
+    dims.sort_unstable();
+    let mut span = l.dtype.type_size();
+    for &mut (nb, n) in dims {
+        if nb < span {
+            return false;
+        }
+        match (n - 1).checked_mul(nb).and_then(|x| x.checked_add(span)) {
+            Some(s) => span = s,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// `OP (node label): dst from srcs`, for error messages.
+pub fn describe(graph: &Graph, id: TensorId) -> String {
+    let Ok(node) = graph.node(id) else {
+        return format!("{id} (not in the graph)");
+    };
+    let srcs: Vec<String> = node
+        .src_ids()
+        .map(|s| {
+            graph
+                .node(s)
+                .map_or_else(|_| format!("{s}?"), |n| n.layout.describe())
+        })
+        .collect();
+    format!(
+        "{} {} = {} from [{}]",
+        node.op.display_name(),
+        node.label(id),
+        node.layout.describe(),
+        srcs.join(", ")
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_layouts() {
+        let c = Layout::contiguous(DType::F32, &[3, 4, 5]).unwrap();
+        assert!(self_disjoint(&c));
+        let t = Layout {
+            ne: [4, 3, 5, 1],
+            nb: [12, 4, 48, 240],
+            ..c
+        };
+        assert!(self_disjoint(&t));
+        let bcast = Layout {
+            nb: [4, 0, 48, 240],
+            ..c
+        };
+        assert!(!self_disjoint(&bcast));
+        let interleaved = Layout {
+            nb: [4, 8, 48, 240],
+            ..c
+        };
+        assert!(!self_disjoint(&interleaved));
+        let q = Layout::contiguous(DType::Q4_0, &[64, 3]).unwrap();
+        assert!(self_disjoint(&q));
+    }
+
+    #[test]
+    fn misaligned_strides_are_not_sane() {
+        let c = Layout::contiguous(DType::F32, &[3, 4]).unwrap();
+        assert!(sane(&c));
+        assert!(!sane(&Layout {
+            nb: [4, 13, 52, 52],
+            ..c
+        }));
+        // A stride of a single-element dimension does not matter.
+        assert!(sane(&Layout {
+            nb: [4, 12, 7, 7],
+            ..c
+        }));
+    }
+}

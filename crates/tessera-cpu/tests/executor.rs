@@ -1,0 +1,423 @@
+//! The CPU executor's contract: what it refuses (unsupported nodes,
+//! unplaced tensors, memory it cannot address or write, overlaps and
+//! misalignment), aborting, partial ranges and thread-count independence.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cpu_util;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cpu_util::{GUARD, Rng, place};
+use tessera::buffer::UsageCell;
+use tessera::{
+    Buffer, BufferType, BufferUsage, DType, Device, Error, Graph, HostMemory, Place, Placement,
+    RopeMode, RopeParams, Stream, UnaryOp,
+};
+
+#[test]
+fn an_unsupported_node_is_named() {
+    let dev = tessera_cpu::device();
+    // Q8_K rows cannot be gathered on the CPU; F32 + F16 is not a ggml combination.
+    let mut g = Graph::new();
+    let q = g.new_tensor(DType::Q8K, &[256, 4]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[2]).unwrap();
+    let rows = g.get_rows(q, ids).unwrap();
+    let a = g.new_tensor(DType::F32, &[8]).unwrap();
+    let b = g.new_tensor(DType::F16, &[8]).unwrap();
+    let sum = g.add(a, b).unwrap();
+    let ok = g.add(b, a).unwrap();
+    assert!(!dev.supports_op(&g, rows));
+    assert!(!dev.supports_op(&g, sum));
+    assert!(dev.supports_op(&g, ok));
+    let r = place(g);
+    match r.compute(2).unwrap_err() {
+        Error::Unsupported { device, what } => {
+            assert_eq!(device, "CPU");
+            assert!(what.contains("GET_ROWS") && what.contains("q8_K"), "{what}");
+        }
+        e => panic!("expected Unsupported, got {e:?}"),
+    }
+}
+
+#[test]
+fn an_unplaced_tensor_is_unallocated() {
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[4]).unwrap();
+    let b = g.new_tensor(DType::F32, &[4]).unwrap();
+    g.set_name(b, "bias").unwrap();
+    let out = g.add(a, b).unwrap();
+    let r = place(g);
+    let mut p = r.placement.clone();
+    p.clear(b);
+    let err = cpu_util::stream(1).compute(&r.graph, &p).unwrap_err();
+    assert!(
+        matches!(&err, Error::Unallocated { tensor, id } if tensor == "bias" && *id == b.index()),
+        "{err:?}"
+    );
+    let _ = out;
+}
+
+/// A buffer type whose memory the CPU cannot address (like a GPU's).
+#[derive(Debug)]
+struct DeviceMemory;
+
+#[derive(Debug)]
+struct DeviceBuffer {
+    bytes: std::sync::Mutex<Vec<u8>>,
+    usage: UsageCell,
+}
+
+impl BufferType for DeviceMemory {
+    fn name(&self) -> &str {
+        "FakeGPU"
+    }
+    fn alloc_buffer(&self, size: usize) -> tessera::Result<Arc<dyn Buffer>> {
+        Ok(Arc::new(DeviceBuffer {
+            bytes: std::sync::Mutex::new(vec![0; size]),
+            usage: UsageCell::default(),
+        }))
+    }
+    fn alignment(&self) -> usize {
+        64
+    }
+    fn device(&self) -> Option<Arc<dyn Device>> {
+        None
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Buffer for DeviceBuffer {
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        Arc::new(DeviceMemory)
+    }
+    fn size(&self) -> usize {
+        self.bytes.lock().unwrap().len()
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> tessera::Result<()> {
+        self.bytes.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> tessera::Result<()> {
+        out.copy_from_slice(&self.bytes.lock().unwrap()[offset..offset + out.len()]);
+        Ok(())
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> tessera::Result<()> {
+        self.bytes.lock().unwrap()[offset..offset + len].fill(value);
+        Ok(())
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage.get()
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.usage.set(usage)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[test]
+fn device_memory_is_refused_naming_the_buffer() {
+    let dev = tessera_cpu::device();
+    assert!(!dev.supports_buffer_type(&DeviceMemory));
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[16]).unwrap();
+    let out = g.unary(a, UnaryOp::Relu).unwrap();
+    let r = place(g);
+    let mut p = r.placement.clone();
+    let gpu = DeviceMemory.alloc_buffer(64).unwrap();
+    p.set(
+        &r.graph,
+        a,
+        Place {
+            buffer: gpu,
+            offset: 0,
+        },
+    )
+    .unwrap();
+    match cpu_util::stream(2).compute(&r.graph, &p).unwrap_err() {
+        Error::Unsupported { what, .. } => assert!(what.contains("FakeGPU"), "{what}"),
+        e => panic!("expected Unsupported, got {e:?}"),
+    }
+    let _ = out;
+}
+
+#[test]
+fn read_only_memory_can_be_read_but_not_written() {
+    let dev = tessera_cpu::device();
+    let mut g = Graph::new();
+    let w = g.new_tensor(DType::F32, &[4]).unwrap();
+    let out = g.scale(w, 2.0).unwrap();
+    let weights: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mapped = dev
+        .buffer_from_host_memory(HostMemory::borrowed(weights), 16)
+        .unwrap();
+    let r = place(g);
+    // Reading weights from the read-only mapping works.
+    let mut p = r.placement.clone();
+    p.set(
+        &r.graph,
+        w,
+        Place {
+            buffer: mapped.clone(),
+            offset: 0,
+        },
+    )
+    .unwrap();
+    cpu_util::stream(2).compute(&r.graph, &p).unwrap();
+    let got = cpu_util::Placed {
+        placement: p.clone(),
+        ..r
+    };
+    assert_eq!(got.get(out), vec![2.0, 4.0, 6.0, 8.0]);
+    // Writing a result into it is an error, not a crash.
+    let mut p2 = got.placement.clone();
+    p2.set(
+        &got.graph,
+        out,
+        Place {
+            buffer: mapped.clone(),
+            offset: 0,
+        },
+    )
+    .unwrap();
+    match cpu_util::stream(1).compute(&got.graph, &p2).unwrap_err() {
+        Error::Unsupported { what, .. } => assert!(what.contains("read-only"), "{what}"),
+        e => panic!("expected Unsupported, got {e:?}"),
+    }
+    let mut back = [0u8; 16];
+    mapped.read(0, &mut back).unwrap();
+    assert_eq!(f32::from_le_bytes(back[0..4].try_into().unwrap()), 1.0);
+}
+
+#[test]
+fn overlapping_and_misaligned_placements_are_refused() {
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[4, 4]).unwrap();
+    let at = g.transpose(a).unwrap();
+    let s = g.sum_rows(a).unwrap();
+    let u = g.unary(at, UnaryOp::Exp).unwrap();
+    let r = place(g);
+    let buf = r.buffer.clone();
+    let a_off = r.offset(a);
+    // SUM_ROWS (not in place) writing into its operand.
+    let mut p = r.placement.clone();
+    p.set(
+        &r.graph,
+        s,
+        Place {
+            buffer: buf.clone(),
+            offset: a_off + 16,
+        },
+    )
+    .unwrap();
+    let e = cpu_util::stream(1).compute(&r.graph, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidLayout(m) if m.contains("overlaps")),
+        "{e:?}"
+    );
+    // In place, but the operand is a transposed view: a different layout.
+    let mut p = r.placement.clone();
+    p.set(
+        &r.graph,
+        u,
+        Place {
+            buffer: buf.clone(),
+            offset: a_off,
+        },
+    )
+    .unwrap();
+    let e = cpu_util::stream(1).compute(&r.graph, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidLayout(m) if m.contains("overlaps")),
+        "{e:?}"
+    );
+    // An f32 tensor at an odd offset.
+    let mut p = r.placement.clone();
+    p.set(
+        &r.graph,
+        s,
+        Place {
+            buffer: buf.clone(),
+            offset: 2,
+        },
+    )
+    .unwrap();
+    let e = cpu_util::stream(1).compute(&r.graph, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidLayout(m) if m.contains("aligned")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_placement_too_small_for_the_graph_is_out_of_bounds() {
+    let mut small = Graph::new();
+    let a = small.new_tensor(DType::F32, &[4]).unwrap();
+    small.unary(a, UnaryOp::Tanh).unwrap();
+    let r = place(small);
+    // The same ids, bigger tensors.
+    let mut big = Graph::new();
+    let a2 = big.new_tensor(DType::F32, &[4096]).unwrap();
+    big.unary(a2, UnaryOp::Tanh).unwrap();
+    let e = cpu_util::stream(1).compute(&big, &r.placement).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds(_)), "{e:?}");
+}
+
+/// A chain of `n` ADDs: `x_{k+1} = x_k + one`.
+fn add_chain(n: usize) -> (cpu_util::Placed, tessera::TensorId, tessera::TensorId) {
+    let mut g = Graph::new();
+    let x0 = g.new_tensor(DType::F32, &[8]).unwrap();
+    let one = g.new_tensor(DType::F32, &[8]).unwrap();
+    let mut x = x0;
+    for _ in 0..n {
+        x = g.add(x, one).unwrap();
+    }
+    let r = place(g);
+    r.set(x0, &[0.5; 8]);
+    r.set(one, &[1.0; 8]);
+    (r, x0, x)
+}
+
+#[test]
+fn abort_stops_the_compute_and_the_stream_stays_usable() {
+    // (More threads than this machine's cores would only slow the barriers.)
+    for threads in [1, 2] {
+        let (r, _, last) = add_chain(2000);
+        let stream = cpu_util::stream(threads);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counter = polls.clone();
+        stream
+            .set_abort_callback(Some(Arc::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst) + 1 > 100
+            })))
+            .unwrap();
+        let e = stream.compute(&r.graph, &r.placement).unwrap_err();
+        assert!(matches!(e, Error::Aborted), "{e:?}");
+        // Polled once before each node, and no more after the abort.
+        assert_eq!(polls.load(Ordering::SeqCst), 101);
+        // The last node was never reached.
+        assert!(r.get(last).iter().all(|v| v.is_nan() || *v != 2000.5));
+        stream.set_abort_callback(None).unwrap();
+        stream.compute(&r.graph, &r.placement).unwrap();
+        assert_eq!(r.get(last), vec![2000.5; 8], "{threads} threads");
+        // A callback that never aborts is polled once per node.
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counter = polls.clone();
+        stream
+            .set_abort_callback(Some(Arc::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                false
+            })))
+            .unwrap();
+        stream.compute(&r.graph, &r.placement).unwrap();
+        assert_eq!(polls.load(Ordering::SeqCst), 2000);
+    }
+}
+
+#[test]
+fn a_panicking_abort_callback_is_an_error() {
+    let (r, _, _) = add_chain(10);
+    let stream = cpu_util::stream(2);
+    stream
+        .set_abort_callback(Some(Arc::new(|| panic!("callback bug"))))
+        .unwrap();
+    let e = stream.compute(&r.graph, &r.placement).unwrap_err();
+    assert!(
+        matches!(&e, Error::Device { message, .. } if message.contains("abort callback panicked")),
+        "{e:?}"
+    );
+    stream.set_abort_callback(None).unwrap();
+    stream.compute(&r.graph, &r.placement).unwrap();
+}
+
+#[test]
+fn a_range_computes_only_its_nodes() {
+    let (r, x0, _) = add_chain(6);
+    let stream = cpu_util::stream(2);
+    // Ids: x0 = 0, one = 1, adds = 2..8. Compute the first three adds.
+    stream.compute_async(&r.graph, &r.placement, 0..5).unwrap();
+    stream.synchronize().unwrap();
+    let ids: Vec<_> = r.graph.ids().collect();
+    assert_eq!(r.get(ids[4]), vec![3.5; 8]);
+    let untouched = r.get_raw(ids[5]);
+    assert!(untouched.iter().all(|&b| b == GUARD));
+    // The rest, from where it stopped.
+    stream
+        .compute_async(&r.graph, &r.placement, 5..usize::MAX)
+        .unwrap();
+    assert_eq!(r.get(ids[7]), vec![6.5; 8]);
+    let _ = x0;
+}
+
+#[test]
+fn thread_counts_give_identical_results() {
+    let mut g = Graph::new();
+    let x = g.new_tensor(DType::F32, &[64, 6, 5]).unwrap();
+    let w = g.new_tensor(DType::F32, &[64]).unwrap();
+    let pos = g.new_tensor(DType::I32, &[5]).unwrap();
+    let table = g.new_tensor(DType::F16, &[64, 40]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[7]).unwrap();
+    let n = g.rms_norm(x, 1e-5).unwrap();
+    let m = g.mul(n, w).unwrap();
+    let rp = g
+        .rope(m, pos, None, RopeParams::new(32, RopeMode::Neox, 10_000.0))
+        .unwrap();
+    let p = g.permute(rp, [0, 2, 1, 3]).unwrap();
+    let c = g.cont(p).unwrap();
+    let sm = g.soft_max_ext(c, None, 0.125, 0.0).unwrap();
+    let s = g.silu(sm).unwrap();
+    let sr = g.sum_rows(s).unwrap();
+    let rows = g.get_rows(table, ids).unwrap();
+    let gl = g.glu(rows, tessera::GluOp::GeGluErf, false).unwrap();
+    let r = place(g);
+    let mut rng = Rng::new(60);
+    r.set(x, &rng.vec(1920, -2.0, 2.0));
+    r.set(w, &rng.vec(64, 0.5, 1.5));
+    r.set(pos, &[0.0, 5.0, 9.0, 100.0, 3.0]);
+    r.set(table, &rng.vec(2560, -1.0, 1.0));
+    r.set(ids, &[3.0, 39.0, 0.0, 3.0, 17.0, 22.0, 8.0]);
+    let mut results = Vec::new();
+    for threads in [1, 2, 3] {
+        r.compute(threads).unwrap();
+        results.push([s, sr, gl].map(|t| r.get_raw(t)));
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0], results[2]);
+    assert!(r.get(sr).iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn thread_count_settings() {
+    let dev = tessera_cpu::device();
+    let s = dev.new_cpu_stream("threads=2").unwrap();
+    assert_eq!(s.n_threads(), 2);
+    assert!(s.set_n_threads(0).is_err());
+    s.set_n_threads(5).unwrap();
+    assert_eq!(s.n_threads(), 5);
+    s.set_n_threads(1).unwrap();
+    assert_eq!(s.n_threads(), 1);
+    let (r, _, last) = add_chain(3);
+    s.set_n_threads(4).unwrap();
+    s.compute(&r.graph, &r.placement).unwrap();
+    assert_eq!(r.get(last), vec![3.5; 8]);
+    for bad in ["threads=0", "threads=x", "speed=9", "threads"] {
+        assert!(dev.new_stream(bad).is_err(), "{bad}");
+    }
+    let scalar = dev.new_cpu_stream(" isa=scalar , threads=3 ").unwrap();
+    assert_eq!(scalar.isa(), tessera_cpu::isa::Isa::Scalar);
+    assert_eq!(scalar.n_threads(), 3);
+    assert_eq!(
+        dev.new_cpu_stream("").unwrap().n_threads(),
+        tessera_cpu::stream::default_threads()
+    );
+    let _ = Placement::new(&r.graph);
+}

@@ -1,0 +1,161 @@
+//! ROPE on the CPU device against an f64 reference written from the
+//! definitions (angles `pos * base^(-2i/n_dims) / ff_i` computed directly,
+//! YaRN ramp and magnitude scaling, normal and NeoX pairing, pass-through
+//! dimensions).
+//!
+//! Tolerance: ggml (and the kernel) accumulate the angles by repeated f32
+//! multiplication, so pair `i` at position `p` carries an angle error of
+//! about `p * i * 2^-23`; with positions below 64 and 8 pairs that is under
+//! 1e-4, the absolute tolerance used for values of magnitude <= 1 (plus the
+//! result type's rounding).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cpu_util;
+
+use cpu_util::{Rng, assert_close, eps, lin, place};
+use tessera::{DType, Graph, Place, RopeMode, RopeParams};
+
+const POS: [i32; 5] = [0, 3, 17, 63, -5];
+
+fn corr_dims(n_dims: usize, n_ctx: usize, base: f64, fast: f64, slow: f64) -> (f64, f64) {
+    let dim = |rot: f64| {
+        n_dims as f64 * (n_ctx as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    (
+        dim(fast).floor().max(0.0),
+        dim(slow).ceil().min(n_dims as f64 - 1.0),
+    )
+}
+
+/// The rotated row `x` (length `ne0`) at position `pos`.
+fn rope_row(x: &[f64], pos: f64, p: &RopeParams, ff: Option<&[f64]>) -> Vec<f64> {
+    let nd = p.n_dims;
+    let base = f64::from(p.freq_base);
+    let (fs, ext, attn) = (
+        f64::from(p.freq_scale),
+        f64::from(p.ext_factor),
+        f64::from(p.attn_factor),
+    );
+    let (low, high) = corr_dims(
+        nd,
+        p.n_ctx_orig,
+        base,
+        f64::from(p.beta_fast),
+        f64::from(p.beta_slow),
+    );
+    let mut out = x.to_vec();
+    for i in 0..nd / 2 {
+        let extrap = pos * base.powf(-2.0 * i as f64 / nd as f64) / ff.map_or(1.0, |f| f[i]);
+        let interp = fs * extrap;
+        let (theta, mscale) = if ext != 0.0 {
+            let y = (i as f64 - low) / (high - low).max(0.001);
+            let mix = (1.0 - y.clamp(0.0, 1.0)) * ext;
+            (
+                interp * (1.0 - mix) + extrap * mix,
+                attn * (1.0 + 0.1 * (1.0 / fs).ln()),
+            )
+        } else {
+            (interp, attn)
+        };
+        let (c, s) = (theta.cos() * mscale, theta.sin() * mscale);
+        let (a, b) = match p.mode {
+            RopeMode::Normal => (2 * i, 2 * i + 1),
+            RopeMode::Neox => (i, i + nd / 2),
+        };
+        out[a] = x[a] * c - x[b] * s;
+        out[b] = x[a] * s + x[b] * c;
+    }
+    out
+}
+
+fn check(t: DType, p: RopeParams, with_ff: bool, in_place: bool) {
+    let ne = [20, 3, POS.len(), 2];
+    let mut g = Graph::new();
+    let a = g.new_tensor(t, &ne).unwrap();
+    let pos = g.new_tensor(DType::I32, &[POS.len()]).unwrap();
+    let ff = with_ff.then(|| g.new_tensor(DType::F32, &[p.n_dims / 2]).unwrap());
+    let out = g.rope(a, pos, ff, p).unwrap();
+    let mut r = place(g);
+    if in_place {
+        let off = r.offset(a);
+        r.placement
+            .set(
+                &r.graph,
+                out,
+                Place {
+                    buffer: r.buffer.clone(),
+                    offset: off,
+                },
+            )
+            .unwrap();
+    }
+    let mut rng = Rng::new(30);
+    r.set(a, &rng.vec(ne.iter().product(), -1.0, 1.0));
+    r.set(pos, &POS.map(f64::from));
+    let ffv = ff.map(|f| {
+        let v = rng.vec(p.n_dims / 2, 1.0, 4.0);
+        r.set(f, &v);
+        r.get(f)
+    });
+    let av = r.get(a);
+    r.compute(3).unwrap();
+    let mut want = Vec::new();
+    for i3 in 0..ne[3] {
+        for (i2, &position) in POS.iter().enumerate() {
+            for i1 in 0..ne[1] {
+                let start = lin([0, i1, i2, i3], ne);
+                want.extend(rope_row(
+                    &av[start..start + ne[0]],
+                    f64::from(position),
+                    &p,
+                    ffv.as_deref(),
+                ));
+            }
+        }
+    }
+    let what = format!(
+        "{t} {:?} ff {with_ff} in place {in_place} ext {}",
+        p.mode, p.ext_factor
+    );
+    let got = r.get(out);
+    assert_close(&what, &got, &want, 1e-4, 2.0 * eps(t));
+    // Dimensions past n_dims are copied bit for bit.
+    for row in 0..got.len() / ne[0] {
+        for i in p.n_dims..ne[0] {
+            assert_eq!(
+                got[row * ne[0] + i],
+                av[row * ne[0] + i],
+                "{what}: pass-through"
+            );
+        }
+    }
+}
+
+#[test]
+fn rope_normal_and_neox() {
+    for t in [DType::F32, DType::F16] {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let p = RopeParams::new(16, mode, 10_000.0);
+            check(t, p, false, false);
+            check(t, p, true, false);
+            check(t, p, false, true);
+        }
+    }
+}
+
+#[test]
+fn rope_yarn_scaling() {
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        let mut p = RopeParams::new(16, mode, 10_000.0);
+        p.n_ctx_orig = 4096;
+        p.freq_scale = 0.25;
+        p.ext_factor = 0.7;
+        p.attn_factor = 1.1;
+        check(DType::F32, p, false, false);
+        check(DType::F32, p, true, false);
+        // Linear scaling without the YaRN ramp.
+        p.ext_factor = 0.0;
+        check(DType::F32, p, false, false);
+    }
+}
