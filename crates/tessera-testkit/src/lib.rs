@@ -8,6 +8,7 @@
 //!   and NaN-filled outputs, compare with the reference ([`compare`]) at the
 //!   thresholds of [`tolerance`];
 //! - [`support`]: the support mode, one line per case and device;
+//! - [`contract`]: the async contract of streams (ordering, events, copies);
 //! - [`refdev`]: a device that computes with the reference (a self-check of
 //!   the harness and a second device for multi-device tests).
 //!
@@ -21,6 +22,7 @@
 
 pub mod cases;
 pub mod compare;
+pub mod contract;
 pub mod harness;
 pub mod refdev;
 pub mod reference;
