@@ -40,7 +40,11 @@ pub fn run_test(device: Option<&str>, filter: Option<&str>, verbose: bool) -> Re
         println!("  {}", report.summary());
         ok &= report.failed() == 0;
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub fn run_support() -> Result<ExitCode> {

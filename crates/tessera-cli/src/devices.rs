@@ -8,8 +8,17 @@ pub fn run() -> Result<ExitCode> {
     let reg = Registry::global();
     for fam in reg.families() {
         let devs = fam.devices();
-        println!("family {} ({} device{})", fam.name(), devs.len(), if devs.len() == 1 { "" } else { "s" });
-        let feats: Vec<String> = fam.features().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "family {} ({} device{})",
+            fam.name(),
+            devs.len(),
+            if devs.len() == 1 { "" } else { "s" }
+        );
+        let feats: Vec<String> = fam
+            .features()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         if !feats.is_empty() {
             println!("  features: {}", feats.join(" "));
         }
@@ -21,7 +30,11 @@ pub fn run() -> Result<ExitCode> {
                 p.device_type.name(),
                 p.memory.free as f64 / (1u64 << 30) as f64,
                 p.memory.total as f64 / (1u64 << 30) as f64,
-                if p.memory.estimated { " (estimated)" } else { "" }
+                if p.memory.estimated {
+                    " (estimated)"
+                } else {
+                    ""
+                }
             );
             println!(
                 "    caps: async={} events={} host_buffer={} buffer_from_host_ptr={}",
@@ -32,7 +45,11 @@ pub fn run() -> Result<ExitCode> {
                 "    buffer type {}: alignment {}, max size {}",
                 buft.name(),
                 buft.alignment(),
-                if buft.max_size() == usize::MAX { "unlimited".to_string() } else { buft.max_size().to_string() }
+                if buft.max_size() == usize::MAX {
+                    "unlimited".to_string()
+                } else {
+                    buft.max_size().to_string()
+                }
             );
         }
     }

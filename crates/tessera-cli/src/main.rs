@@ -15,7 +15,11 @@ mod conformance;
 mod devices;
 
 #[derive(Parser, Debug)]
-#[command(name = "tessera", version, about = "One tensor compute graph, run on any mix of devices")]
+#[command(
+    name = "tessera",
+    version,
+    about = "One tensor compute graph, run on any mix of devices"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -54,7 +58,10 @@ enum BenchWhat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // CPU first: it is the fallback device, and a software GPU adapter
+    // (llvmpipe) also reports the CPU type.
     tessera_cpu::register();
+    tessera_wgpu::register();
     let result = match cli.command {
         Command::Devices => devices::run(),
         Command::Bench {

@@ -169,7 +169,13 @@ mod tests {
     fn row_size_checks_block_multiple() {
         assert_eq!(DType::Q4_0.row_size(64).ok(), Some(36));
         assert_eq!(DType::Q6K.row_size(512).ok(), Some(420));
-        assert!(matches!(DType::Q4K.row_size(100), Err(Error::BlockSize { .. })));
-        assert!(matches!(DType::F32.row_size(usize::MAX), Err(Error::Overflow(_))));
+        assert!(matches!(
+            DType::Q4K.row_size(100),
+            Err(Error::BlockSize { .. })
+        ));
+        assert!(matches!(
+            DType::F32.row_size(usize::MAX),
+            Err(Error::Overflow(_))
+        ));
     }
 }

@@ -146,10 +146,12 @@ impl Graph {
 
     /// The node `id`, or an error if `id` is not in this graph.
     pub fn node(&self, id: TensorId) -> Result<&Node> {
-        self.nodes.get(id.index()).ok_or(Error::InvalidTensorId {
-            id: id.index(),
-            len: self.nodes.len(),
-        })
+        self.nodes
+            .get(id.index())
+            .ok_or_else(|| Error::InvalidTensorId {
+                id: id.index(),
+                len: self.nodes.len(),
+            })
     }
 
     /// The layout of `id`.
@@ -242,10 +244,12 @@ impl Graph {
 
     fn node_mut(&mut self, id: TensorId) -> Result<&mut Node> {
         let len = self.nodes.len();
-        self.nodes.get_mut(id.index()).ok_or(Error::InvalidTensorId {
-            id: id.index(),
-            len,
-        })
+        self.nodes
+            .get_mut(id.index())
+            .ok_or_else(|| Error::InvalidTensorId {
+                id: id.index(),
+                len,
+            })
     }
 
     /// Append a node whose sources are already validated to belong to this

@@ -19,8 +19,8 @@ pub mod layout;
 pub mod op;
 pub mod quant;
 
-pub use build::cpy_supported;
 pub use build::MUL_MAT_WEIGHT_TYPES;
+pub use build::cpy_supported;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Flags, Graph, MAX_SRC, Node, TensorId};

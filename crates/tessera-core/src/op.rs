@@ -282,7 +282,10 @@ impl Op {
     /// The result shares its source's memory and needs no computation
     /// (RESHAPE, VIEW, PERMUTE, TRANSPOSE).
     pub const fn is_view(&self) -> bool {
-        matches!(self, Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose)
+        matches!(
+            self,
+            Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose
+        )
     }
 
     /// The result is a view of a source that the op writes into (CPY, SET_ROWS).

@@ -25,18 +25,31 @@ fn add_chain(n: usize) -> (Graph, Placement) {
     for _ in 0..n {
         x = g.add(x, one).unwrap();
     }
-    let buffer = tessera_cpu::device().buffer_type().alloc_buffer(64 * g.len()).unwrap();
+    let buffer = tessera_cpu::device()
+        .buffer_type()
+        .alloc_buffer(64 * g.len())
+        .unwrap();
     let mut p = Placement::new(&g);
     for id in g.ids() {
-        p.set(&g, id, Place { buffer: buffer.clone(), offset: 64 * id.index() }).unwrap();
+        p.set(
+            &g,
+            id,
+            Place {
+                buffer: buffer.clone(),
+                offset: 64 * id.index(),
+            },
+        )
+        .unwrap();
     }
     (g, p)
 }
 
-#[divan::bench(args = [1])]
+#[divan::bench(args = [1, 2])]
 fn chain_of_1000_adds(bencher: divan::Bencher, threads: usize) {
     let (graph, placement) = add_chain(1000);
-    let stream: Arc<dyn Stream> = tessera_cpu::device().new_stream(&format!("threads={threads}")).unwrap();
+    let stream: Arc<dyn Stream> = tessera_cpu::device()
+        .new_stream(&format!("threads={threads}"))
+        .unwrap();
     bencher.bench_local(|| stream.compute(&graph, &placement).unwrap());
 }
 
@@ -45,7 +58,12 @@ fn chain_of_1000_adds(bencher: divan::Bencher, threads: usize) {
 fn supports_op_of_1000_adds(bencher: divan::Bencher) {
     let (graph, _) = add_chain(1000);
     let dev = tessera_cpu::device();
-    bencher.bench_local(|| graph.op_ids().filter(|&id| dev.supports_op(&graph, id)).count());
+    bencher.bench_local(|| {
+        graph
+            .op_ids()
+            .filter(|&id| dev.supports_op(&graph, id))
+            .count()
+    });
 }
 
 /// `Placement::check_complete` over the graph.
@@ -62,8 +80,11 @@ fn add_kernel_1000_calls(bencher: divan::Bencher) {
     let layout = tessera::Layout::contiguous(DType::F32, &[8]).unwrap();
     let mut mem = vec![1.0f32; 24];
     let base = mem.as_mut_ptr() as *mut u8;
-    // SAFETY: the three 8-float tensors lie inside `mem`.
-    let t = |i: usize| TensorRef { ptr: unsafe { base.add(32 * i) }, layout };
+    let t = |i: usize| TensorRef {
+        // SAFETY: `i < 3`: the three 8-float tensors lie inside `mem`.
+        ptr: unsafe { base.add(32 * i) },
+        layout,
+    };
     let (a, b, d) = (t(0), t(1), t(2));
     let pool = tessera_cpu::pool::ThreadPool::new(1).unwrap();
     bencher.bench_local(|| {
@@ -77,7 +98,10 @@ fn add_kernel_1000_calls(bencher: divan::Bencher) {
                 src,
                 ith: 0,
                 nth: 1,
-                scratch: Scratch { ptr: std::ptr::null_mut(), len: 0 },
+                scratch: Scratch {
+                    ptr: std::ptr::null_mut(),
+                    len: 0,
+                },
                 barrier: w.barrier,
                 isa: tessera_cpu::isa::Isa::Scalar,
             };

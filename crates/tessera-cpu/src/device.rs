@@ -29,7 +29,7 @@ pub struct CpuDevice {
 
 impl CpuDevice {
     /// A new CPU device (most programs use the process-wide
-    /// [`crate::device`]).
+    /// [`crate::device()`]).
     pub fn new() -> Arc<Self> {
         Arc::new_cyclic(|me: &Weak<CpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();

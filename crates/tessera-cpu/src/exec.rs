@@ -10,11 +10,12 @@
 //!    a host pointer ([`Error::Unsupported`] naming the buffer), inside the
 //!    buffer, aligned for its element type, and a result may not overlap an
 //!    operand except as `kernels` documents (in place, or the destination of
-//!    CPY/SET_ROWS). A result buffer is probed once per compute for
-//!    writability, so a read-only mapping is an error, not a segfault. Each
-//!    node becomes a [`PlanNode`] (kernel pointer, op, resolved pointers) in
-//!    a vector reused across computes; the scratch the nodes need is grown
-//!    (64-byte aligned) and kept.
+//!    CPY/SET_ROWS). A result buffer must report `is_writable`, so a
+//!    read-only mapping is an error, not a segfault (the
+//!    checks live in [`crate::resolve`]). Each node becomes a [`PlanNode`]
+//!    (kernel pointer, op, resolved pointers) in a vector reused across
+//!    computes; the scratch the nodes need is grown (64-byte aligned) and
+//!    kept. Nothing here allocates per node once the vectors have grown.
 //! 2. **Run**: every pool thread walks the plan; per node, thread 0 polls the
 //!    abort callback, each thread runs its share of the kernel (panics are
 //!    caught and become errors), then all meet at the barrier. A failure or
@@ -25,26 +26,29 @@
 //! Leaves, views and nodes with no elements are skipped: they compute nothing.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use tessera::buffer::check_range;
 use tessera::{AbortCallback, Error, Graph, MAX_SRC, Op, Placement, Result, TensorId};
 
 use crate::isa::Isa;
-use crate::kernels::elem::elem_align;
 use crate::kernels::{self, KernelFn, NodeCtx, Scratch, TensorRef};
 use crate::pool::{ThreadPool, WorkerCtx};
+use crate::resolve::{Cache, SaneCache, check_overlap, check_writable, tensor_id};
 use crate::support;
 
-/// One node, ready to run.
+/// One node, ready to run. Its operands are kept apart, densely, in
+/// `Executor::operands` (most slots of `NodeCtx::src` are empty, and copying
+/// them is a measurable part of a tiny node's cost).
 #[derive(Clone, Copy, Debug)]
 struct PlanNode {
     kernel: KernelFn,
     op: Op,
     dst: TensorRef,
-    src: [Option<TensorRef>; MAX_SRC],
+    /// The first of this node's operands in `Executor::operands`.
+    first_operand: usize,
+    /// Bit `i` set: operand slot `i` is present (they follow in slot order).
+    operand_mask: u8,
     /// Index of the node in its graph (for messages).
     index: usize,
 }
@@ -97,13 +101,16 @@ pub(crate) struct Executor {
     n_threads: usize,
     scratch: Vec<Line>,
     plan: Vec<PlanNode>,
+    /// The operands of the plan's nodes, back to back.
+    operands: Vec<TensorRef>,
     /// Each tensor's pointer and byte span, resolved once per compute
     /// (indexed by id), valid when stamped with the current `generation`
     /// (so the cache is never cleared, only grown).
     resolved: Vec<(u64, usize, usize)>,
+    /// Per tensor id: the `generation` in which its layout passed
+    /// `support::sane`.
+    sane: Vec<u64>,
     generation: u64,
-    /// Buffers (by address) found writable during the current compute.
-    probed: Vec<usize>,
 }
 
 impl Executor {
@@ -115,9 +122,10 @@ impl Executor {
             n_threads: n,
             scratch: Vec::new(),
             plan: Vec::new(),
+            operands: Vec::new(),
             resolved: Vec::new(),
+            sane: Vec::new(),
             generation: 0,
-            probed: Vec::new(),
         })
     }
 
@@ -158,15 +166,35 @@ impl Executor {
                 .get(i)
                 .is_some_and(|n| kernels::kernel_for(&n.op).is_some())
         };
+        self.generation += 1;
+        if self.sane.len() < graph.len() {
+            self.sane.resize(graph.len(), 0);
+        }
+        let mut memo = SaneCache {
+            stamps: &mut self.sane,
+            generation: self.generation,
+        };
         for idx in (start..end).filter(|&i| computes(i)) {
             let id = tensor_id(idx)?;
-            if !support::supports_op(graph, id) {
+            if !support::supports_op_memo(graph, id, &mut memo) {
                 return Err(Error::unsupported("CPU", support::describe(graph, id)));
             }
         }
         placement.check_complete(graph, start..end)?;
         let nth = self.n_threads.clamp(1, self.pool.max_threads());
         let scratch_bytes = self.plan_nodes(graph, placement, start..end, nth)?;
+        self.run(graph, nth, scratch_bytes, abort, isa)
+    }
+
+    /// Run the planned nodes on `nth` threads.
+    fn run(
+        &mut self,
+        graph: &Graph,
+        nth: usize,
+        scratch_bytes: usize,
+        abort: Option<&AbortCallback>,
+        isa: Isa,
+    ) -> Result<()> {
         if self.plan.is_empty() {
             return Ok(());
         }
@@ -176,8 +204,8 @@ impl Executor {
             aborted: AtomicBool::new(false),
             failure: Mutex::new(None),
         };
-        let plan = &self.plan;
-        let job = |w: WorkerCtx<'_>| run_plan(plan, &w, &shared, scratch, abort, isa);
+        let (plan, operands) = (&self.plan, &self.operands);
+        let job = |w: WorkerCtx<'_>| run_plan(plan, operands, &w, &shared, scratch, abort, isa);
         let clean = self.pool.run(nth, &job);
         let failure = shared
             .failure
@@ -216,8 +244,7 @@ impl Executor {
         nth: usize,
     ) -> Result<usize> {
         self.plan.clear();
-        self.probed.clear();
-        self.generation += 1;
+        self.operands.clear();
         if self.resolved.len() < graph.len() {
             self.resolved.resize(graph.len(), (0, 0, 0));
         }
@@ -238,21 +265,25 @@ impl Executor {
             if dst.layout.nelements() == 0 {
                 continue;
             }
-            let mut src = [None; MAX_SRC];
+            let first_operand = self.operands.len();
+            let mut operand_mask = 0u8;
+            let mut layouts = [None; MAX_SRC];
             for (i, s) in node.srcs.iter().enumerate() {
                 let Some(s) = s else { continue };
                 let (r, r_bytes) = cache.resolve(graph, placement, *s)?;
                 check_overlap(graph, id, i, (&dst, dst_bytes), (&r, r_bytes))?;
-                src[i] = Some(r);
+                self.operands.push(r);
+                operand_mask |= 1 << i;
+                layouts[i] = graph.nodes().get(s.index()).map(|n| &n.layout);
             }
-            probe_writable(&mut self.probed, graph, placement, id)?;
-            let layouts = src.each_ref().map(|s| s.as_ref().map(|t| &t.layout));
+            check_writable(graph, placement, id)?;
             scratch = scratch.max(kernels::scratch_size(&node.op, &dst.layout, &layouts, nth));
             self.plan.push(PlanNode {
                 kernel,
                 op: node.op,
                 dst,
-                src,
+                first_operand,
+                operand_mask,
                 index: idx,
             });
         }
@@ -280,41 +311,10 @@ impl Executor {
     }
 }
 
-/// Check once per buffer per compute (`probed` holds the buffers already
-/// checked) that the result's buffer accepts writes (a read-only file
-/// mapping does not): rewrite the result's first byte with its own value
-/// through the buffer, which checks. The byte is the node's to overwrite
-/// anyway.
-fn probe_writable(probed: &mut Vec<usize>, graph: &Graph, placement: &Placement, id: TensorId) -> Result<()> {
-    let Some(place) = placement.get(id) else {
-        return Ok(());
-    };
-    let key = std::sync::Arc::as_ptr(&place.buffer) as *const () as usize;
-    if probed.contains(&key) {
-        return Ok(());
-    }
-    let mut byte = [0u8; 1];
-    let probe = place
-        .buffer
-        .read(place.offset, &mut byte)
-        .and_then(|()| place.buffer.fill(place.offset, 1, byte[0]));
-    probe.map_err(|e| {
-        Error::unsupported(
-            "CPU",
-            format!(
-                "{}: writing the result into buffer '{}' ({e})",
-                support::describe(graph, id),
-                place.buffer.name()
-            ),
-        )
-    })?;
-    probed.push(key);
-    Ok(())
-}
-
 /// The hot loop, run by every thread of the pool.
 fn run_plan(
     plan: &[PlanNode],
+    operands: &[TensorRef],
     w: &WorkerCtx<'_>,
     shared: &RunShared,
     scratch: Scratch,
@@ -337,10 +337,18 @@ fn run_plan(
         // Thread 0 runs its share even when it just decided to stop: a
         // kernel may wait on the barrier inside, and every thread must make
         // the same number of waits.
+        let mut src = [None; MAX_SRC];
+        let mut next = node.first_operand;
+        for (i, slot) in src.iter_mut().enumerate() {
+            if node.operand_mask & (1 << i) != 0 {
+                *slot = operands.get(next).copied();
+                next += 1;
+            }
+        }
         let ctx = NodeCtx {
             op: node.op,
             dst: node.dst,
-            src: node.src,
+            src,
             ith: w.ith,
             nth: w.nth,
             scratch,
@@ -359,110 +367,77 @@ fn run_plan(
     }
 }
 
-fn tensor_id(idx: usize) -> Result<TensorId> {
-    u32::try_from(idx)
-        .map(TensorId::from_index)
-        .map_err(|_| Error::Overflow(format!("tensor index {idx}")))
-}
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use std::sync::Arc;
 
-/// [`resolve`], remembered for the current compute (a tensor is the result
-/// of one node and the operand of others).
-struct Cache<'a> {
-    /// (generation, pointer, byte span) per tensor id.
-    slots: &'a mut [(u64, usize, usize)],
-    generation: u64,
-}
+    use tessera::{DType, Device, Place};
 
-impl Cache<'_> {
-    fn resolve(&mut self, graph: &Graph, placement: &Placement, id: TensorId) -> Result<(TensorRef, usize)> {
-        if let (Some(&(g, ptr, n)), Some(node)) = (self.slots.get(id.index()), graph.nodes().get(id.index()))
-            && g == self.generation
-        {
-            let r = TensorRef {
-                ptr: std::ptr::with_exposed_provenance_mut(ptr),
-                layout: node.layout,
+    use super::*;
+
+    fn boom(_: &NodeCtx) -> Result<()> {
+        panic!("kernel bug")
+    }
+
+    fn fail_on_thread_1(ctx: &NodeCtx) -> Result<()> {
+        if ctx.ith == 1 {
+            return Err(Error::OutOfBounds("thread 1 failed".into()));
+        }
+        Ok(())
+    }
+
+    /// A chain of 4 ADDs, planned, with node 2's kernel replaced by `kernel`.
+    fn run_with(kernel: KernelFn, nth: usize) -> (Result<()>, Executor) {
+        let mut g = Graph::new();
+        let a = g.new_tensor(DType::F32, &[16]).unwrap();
+        let mut x = a;
+        for _ in 0..4 {
+            x = g.add(x, a).unwrap();
+        }
+        let buffer = crate::device()
+            .buffer_type()
+            .alloc_buffer(64 * g.len())
+            .unwrap();
+        let mut p = Placement::new(&g);
+        for id in g.ids() {
+            let place = Place {
+                buffer: Arc::clone(&buffer),
+                offset: 64 * id.index(),
             };
-            return Ok((r, n));
+            p.set(&g, id, place).unwrap();
         }
-        let (r, n) = resolve(graph, placement, id)?;
-        if let Some(slot) = self.slots.get_mut(id.index()) {
-            *slot = (self.generation, r.ptr.expose_provenance(), n);
+        let mut ex = Executor::new(nth).unwrap();
+        ex.generation += 1;
+        let bytes = ex.plan_nodes(&g, &p, 0..g.len(), nth).unwrap();
+        assert_eq!(ex.plan.len(), 4);
+        ex.plan[2].kernel = kernel;
+        let r = ex.run(&g, nth, bytes, None, Isa::Scalar);
+        (r, ex)
+    }
+
+    #[test]
+    fn a_panicking_kernel_is_an_error_naming_the_node_and_threads_stay_in_step() {
+        for nth in [1, 2, 3] {
+            let (r, mut ex) = run_with(boom, nth);
+            match r {
+                Err(Error::Device { message, .. }) => {
+                    assert!(message.contains("panicked on node ADD #3"), "{message}");
+                }
+                other => panic!("expected a device error, got {other:?}"),
+            }
+            // The pool is still usable.
+            ex.plan.clear();
+            assert!(ex.run(&Graph::new(), nth, 0, None, Isa::Scalar).is_ok());
         }
-        Ok((r, n))
     }
-}
 
-/// The memory of tensor `id` and its byte span, checked: placed, in host
-/// memory, inside its buffer, aligned for its type.
-fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(TensorRef, usize)> {
-    let node = graph.node(id)?;
-    let place = placement.get(id).ok_or_else(|| Error::Unallocated {
-        tensor: node.name.clone(),
-        id: id.index(),
-    })?;
-    let layout = node.layout;
-    let nbytes = layout.checked_nbytes()?;
-    let buffer = &place.buffer;
-    let size = buffer.size();
-    // `Buffer::name` allocates: only ask for it when reporting an error.
-    if place.offset.checked_add(nbytes).is_none_or(|end| end > size) {
-        check_range(&buffer.name(), size, place.offset, nbytes)?;
+    #[test]
+    fn an_error_on_one_thread_stops_all() {
+        let (r, _) = run_with(fail_on_thread_1, 2);
+        assert!(matches!(r, Err(Error::OutOfBounds(m)) if m == "thread 1 failed"));
+        // On one thread nobody is thread 1.
+        let (r, _) = run_with(fail_on_thread_1, 1);
+        assert!(r.is_ok());
     }
-    let ptr = if nbytes == 0 {
-        // Nothing is read or written through an empty tensor's pointer.
-        NonNull::<Line>::dangling().as_ptr() as *mut u8
-    } else {
-        let base = buffer.host_ptr().ok_or_else(|| {
-            Error::unsupported(
-                "CPU",
-                format!(
-                    "tensor {} in buffer '{}': the buffer is not host memory the CPU can address",
-                    node.label(id),
-                    buffer.name()
-                ),
-            )
-        })?;
-        // SAFETY: `offset + nbytes <= size` was checked above, so the
-        // pointer stays inside the buffer's allocation.
-        unsafe { base.as_ptr().add(place.offset) }
-    };
-    let align = elem_align(layout.dtype);
-    if !(ptr as usize).is_multiple_of(align) {
-        return Err(Error::InvalidLayout(format!(
-            "tensor {} at offset {} of buffer '{}' is not aligned to the {align} bytes of {}",
-            node.label(id),
-            place.offset,
-            buffer.name(),
-            layout.dtype
-        )));
-    }
-    Ok((TensorRef { ptr, layout }, nbytes))
-}
-
-/// `Err` if the result of node `id` overlaps operand `i` in a way the
-/// kernels do not allow (see the `kernels` module docs).
-fn check_overlap(
-    graph: &Graph,
-    id: TensorId,
-    i: usize,
-    (dst, dst_bytes): (&TensorRef, usize),
-    (src, src_bytes): (&TensorRef, usize),
-) -> Result<()> {
-    let (d0, s0) = (dst.ptr as usize, src.ptr as usize);
-    let overlap = dst_bytes > 0 && src_bytes > 0 && d0 < s0 + src_bytes && s0 < d0 + dst_bytes;
-    if !overlap {
-        return Ok(());
-    }
-    let op = graph.node(id)?.op;
-    let allowed = match (op, i) {
-        (Op::Cpy, 1) | (Op::SetRows, 0) => true,
-        _ => op.can_inplace() && d0 == s0 && dst.layout == src.layout,
-    };
-    if allowed {
-        return Ok(());
-    }
-    Err(Error::InvalidLayout(format!(
-        "{}: the result's memory overlaps operand {i}; only in-place ops may share memory, and only with an identical layout",
-        support::describe(graph, id)
-    )))
 }

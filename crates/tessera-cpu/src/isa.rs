@@ -34,7 +34,11 @@ impl Isa {
 
     /// The best family of the running CPU.
     pub fn best() -> Isa {
-        if Isa::Avx2.available() { Isa::Avx2 } else { Isa::Scalar }
+        if Isa::Avx2.available() {
+            Isa::Avx2
+        } else {
+            Isa::Scalar
+        }
     }
 
     /// `TESSERA_CPU_ISA` if set and available, else [`Isa::best`].

@@ -3,12 +3,12 @@
 //!
 //! - [`CpuDevice`] / [`CpuFamily`]: the device (`CPU`) and its registry entry;
 //!   [`register`] adds the family to [`tessera::Registry::global`], and
-//!   [`device`] is the process-wide device;
+//!   [`device()`] is the process-wide device;
 //! - [`CpuStream`]: a synchronous stream with a thread count, an abort
 //!   callback and events ([`CpuEvent`]);
-//! - `exec` (private): validates a graph range, resolves every tensor to a
-//!   pointer, and runs the nodes on the pool ([`pool`]) with a barrier after
-//!   each;
+//! - `exec` and `resolve` (private): validate a graph range, resolve every
+//!   tensor to a checked pointer, and run the nodes on the pool ([`pool`])
+//!   with a barrier after each;
 //! - [`support`]: the exact `supports_op` oracle;
 //! - [`kernels`]: one module per op family, ggml's semantics;
 //! - [`isa`]: the instruction set chosen at run time.
@@ -19,6 +19,7 @@ mod exec;
 pub mod isa;
 pub mod kernels;
 pub mod pool;
+mod resolve;
 pub mod stream;
 pub mod support;
 mod sysinfo;
@@ -35,7 +36,7 @@ pub fn device() -> Arc<CpuDevice> {
     DEVICE.get_or_init(CpuDevice::new).clone()
 }
 
-/// Add the CPU family (with the process-wide [`device`]) to
+/// Add the CPU family (with the process-wide [`device()`]) to
 /// [`tessera::Registry::global`]. Calling it again does nothing.
 pub fn register() {
     tessera::Registry::global().register(Arc::new(CpuFamily::new(device())));

@@ -71,7 +71,7 @@ impl Barrier {
         let mut spins = 0u32;
         while self.phase.load(Ordering::Acquire) == phase && !self.is_poisoned() {
             spins = spins.wrapping_add(1);
-            if spins % SPIN_BEFORE_YIELD == 0 {
+            if spins.is_multiple_of(SPIN_BEFORE_YIELD) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -212,7 +212,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while s.finished.load(Ordering::Acquire) < workers {
             spins = spins.wrapping_add(1);
-            if spins % SPIN_BEFORE_YIELD == 0 {
+            if spins.is_multiple_of(SPIN_BEFORE_YIELD) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -228,7 +228,11 @@ impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         {
-            let _l = self.shared.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _l = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             self.shared.generation.fetch_add(1, Ordering::AcqRel);
             self.shared.wake.notify_all();
         }

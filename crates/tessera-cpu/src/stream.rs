@@ -3,7 +3,7 @@
 //! A CPU stream is synchronous: every call, `compute_async` included, has
 //! completed when it returns, which trivially satisfies the async contract
 //! of [`tessera::stream`]. It owns an executor (thread pool, scratch and
-//! plan buffers, see [`crate::exec`]); one compute runs at a time per stream
+//! plan buffers, see the private `exec` module); one compute runs at a time per stream
 //! (a second caller waits). Streams are cheap to create, but each owns its
 //! threads, so share one where you can.
 //!

@@ -16,7 +16,29 @@ use crate::kernels::{attention, matmul};
 /// Can the CPU compute node `id` of `graph`? Leaves and views (RESHAPE,
 /// VIEW, PERMUTE, TRANSPOSE) need no compute and are supported.
 pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
-    let Ok(node) = graph.node(id) else {
+    supports_op_memo(graph, id, &mut NoMemo)
+}
+
+/// Remembers which tensors' layouts passed the per-layout checks, so that a
+/// compute checks each tensor once rather than once per use.
+pub(crate) trait SaneMemo {
+    /// The per-layout checks of tensor `id` (layout `l`) passed.
+    fn sane(&mut self, id: TensorId, l: &Layout) -> bool;
+}
+
+/// No memory: check every time.
+struct NoMemo;
+
+impl SaneMemo for NoMemo {
+    #[inline]
+    fn sane(&mut self, _: TensorId, l: &Layout) -> bool {
+        sane(l)
+    }
+}
+
+/// [`supports_op`] with a memo of checked layouts.
+pub(crate) fn supports_op_memo(graph: &Graph, id: TensorId, memo: &mut impl SaneMemo) -> bool {
+    let Some(node) = graph.nodes().get(id.index()) else {
         return false;
     };
     if node.op.is_leaf() || node.op.is_view() {
@@ -26,16 +48,13 @@ pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
     for (slot, s) in src.iter_mut().zip(node.srcs.iter()) {
         if let Some(s) = s {
             match graph.nodes().get(s.index()) {
-                Some(n) => *slot = Some(&n.layout),
-                None => return false,
+                Some(n) if memo.sane(*s, &n.layout) => *slot = Some(&n.layout),
+                _ => return false,
             }
         }
     }
     let dst = &node.layout;
-    if !sane(dst) || !self_disjoint(dst) || !src.iter().flatten().all(|l| sane(l)) {
-        return false;
-    }
-    op_supported(&node.op, dst, &src)
+    memo.sane(id, dst) && self_disjoint(dst) && op_supported(&node.op, dst, &src)
 }
 
 /// `supports_op` on layouts: the op's rules for these operand layouts.
@@ -51,13 +70,10 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
                 && d.dtype == a.dtype
                 && (b.dtype == DType::F32 || b.dtype == a.dtype)
                 && d.ne == a.ne
-                && b.ne.iter().zip(a.ne.iter()).all(|(&nb, &na)| {
-                    if nb == 0 {
-                        na == 0
-                    } else {
-                        na.is_multiple_of(nb)
-                    }
-                })
+                && b.ne
+                    .iter()
+                    .zip(a.ne.iter())
+                    .all(|(&nb, &na)| repeats(nb, na))
         }
         (Op::Scale { .. }, Some(a), _, _) => {
             a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
@@ -143,6 +159,12 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
     }
 }
 
+/// An extent `nb` repeats a whole number of times in `na` (no division in
+/// the common cases: equal, or broadcast from 1).
+fn repeats(nb: usize, na: usize) -> bool {
+    nb == na || nb == 1 || (nb != 0 && na.is_multiple_of(nb))
+}
+
 /// Quantized types the kernels convert to and from F32.
 const QUANT: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
 
@@ -199,15 +221,47 @@ fn set_rows_ok(d: &Layout, rows: &Layout, ids: &Layout) -> bool {
 
 /// Size computable, rows of whole blocks, strides of every dimension with
 /// more than one element aligned for the element type.
-fn sane(l: &Layout) -> bool {
-    let align = elem_align(l.dtype);
-    l.checked_nbytes().is_ok()
-        && l.checked_nelements().is_ok()
-        && l.ne[0].is_multiple_of(l.dtype.block_size())
-        && (0..4).all(|i| l.ne[i] <= 1 || l.nb[i].is_multiple_of(align))
+#[inline]
+pub(crate) fn sane(l: &Layout) -> bool {
+    // A power of two: the stride test needs no division.
+    let mask = elem_align(l.dtype) - 1;
+    // `span_bytes` also checks that rows are whole blocks.
+    span_bytes(l).is_some()
+        && l.ne[0]
+            .checked_mul(l.ne[1])
+            .and_then(|n| n.checked_mul(l.ne[2]))
+            .and_then(|n| n.checked_mul(l.ne[3]))
+            .is_some()
+        && (l.ne[0] <= 1 || l.nb[0] & mask == 0)
+        && (l.ne[1] <= 1 || l.nb[1] & mask == 0)
+        && (l.ne[2] <= 1 || l.nb[2] & mask == 0)
+        && (l.ne[3] <= 1 || l.nb[3] & mask == 0)
         && (!l.dtype.is_quantized()
             || l.ne[0] <= l.dtype.block_size()
             || l.nb[0] == l.dtype.type_size())
+}
+
+/// [`Layout::checked_nbytes`] without its error value and, for plain types,
+/// without a division (this runs for every tensor of every compute): the
+/// bytes from the first element to one past the last, `None` on overflow or
+/// rows of partial blocks.
+#[inline]
+pub fn span_bytes(l: &Layout) -> Option<usize> {
+    if l.ne.contains(&0) {
+        return Some(0);
+    }
+    let bs = l.dtype.block_size();
+    let (mut bytes, first) = if bs == 1 {
+        (l.dtype.type_size(), 0)
+    } else if l.ne[0].is_multiple_of(bs) {
+        ((l.ne[0] / bs).checked_mul(l.nb[0])?, 1)
+    } else {
+        return None;
+    };
+    for i in first..4 {
+        bytes = bytes.checked_add((l.ne[i] - 1).checked_mul(l.nb[i])?)?;
+    }
+    Some(bytes)
 }
 
 /// No two elements of `l` share a byte: sorted by stride, each dimension's
@@ -292,6 +346,27 @@ mod tests {
         assert!(!self_disjoint(&interleaved));
         let q = Layout::contiguous(DType::Q4_0, &[64, 3]).unwrap();
         assert!(self_disjoint(&q));
+    }
+
+    #[test]
+    fn span_bytes_is_checked_nbytes() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as usize
+        };
+        for t in tessera::dtype::ALL_DTYPES {
+            for _ in 0..2000 {
+                let big = next(4) == 0;
+                let m = if big { u64::MAX } else { 600 };
+                let ne = [next(m), next(5), next(4), next(3)];
+                let nb = [next(m), next(m), next(1 << 20), next(m)];
+                let l = Layout { dtype: t, ne, nb };
+                assert_eq!(span_bytes(&l), l.checked_nbytes().ok(), "{l:?}");
+            }
+        }
     }
 
     #[test]

@@ -23,7 +23,9 @@ fn readme_example_runs_and_is_right() -> tessera::Result<()> {
     placement.bind(&g, w, &weights.tensors[0])?;
     GraphAllocator::new(cpu.buffer_type()).alloc_graph(&g, &mut placement)?;
 
-    let wv: Vec<f32> = (0..4096 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+    let wv: Vec<f32> = (0..4096 * 64)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
     weights.tensors[0].write_f32(&wv)?;
     placement.tensor(&g, x)?.write_f32(&vec![0.5; 4096])?;
     stream.compute(&g, &placement)?;

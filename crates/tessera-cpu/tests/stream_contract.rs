@@ -60,16 +60,24 @@ fn block() -> (Graph, Vec<tessera::TensorId>) {
     (g, leaves)
 }
 
-fn fill(g: &Graph, placement: &mut Placement, leaves: &[tessera::TensorId], device: &Arc<dyn Device>) -> tessera::alloc::TensorSet {
+fn fill(
+    g: &Graph,
+    placement: &mut Placement,
+    leaves: &[tessera::TensorId],
+    device: &Arc<dyn Device>,
+) -> tessera::alloc::TensorSet {
     let layouts: Vec<_> = leaves.iter().map(|&id| g[id].layout).collect();
     let set = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
     for (i, (&id, t)) in leaves.iter().zip(&set.tensors).enumerate() {
         placement.bind(g, id, t).unwrap();
         let n = t.layout().nelements();
         if t.dtype() == DType::I32 {
-            t.write_slice(&(0..n as i32).map(|p| p * 3).collect::<Vec<_>>()).unwrap();
+            t.write_slice(&(0..n as i32).map(|p| p * 3).collect::<Vec<_>>())
+                .unwrap();
         } else {
-            let v: Vec<f32> = (0..n).map(|j| (((j * 7 + i * 13) % 41) as f32 - 20.0) / 25.0).collect();
+            let v: Vec<f32> = (0..n)
+                .map(|j| (((j * 7 + i * 13) % 41) as f32 - 20.0) / 25.0)
+                .collect();
             t.write_f32(&v).unwrap();
         }
     }
@@ -101,14 +109,23 @@ fn compare_graph_checks_every_node_against_the_reference_device() {
     let done = compare_graph(s1.as_ref(), s2.as_ref(), &g, &placement, |id, t1, t2| {
         compared += 1;
         let e = nmse(&t1.read_f32().unwrap(), &t2.read_f32().unwrap());
-        assert!(e < 5e-4, "node {} ({}) differs: nmse {e}", id, g[id].op.name());
+        assert!(
+            e < 5e-4,
+            "node {} ({}) differs: nmse {e}",
+            id,
+            g[id].op.name()
+        );
         worst = worst.max(e);
         true
     })
     .unwrap();
     assert!(done);
     let views = g.op_ids().filter(|&id| g[id].op.is_view()).count();
-    assert_eq!(compared, g.op_ids().count() - views, "every non-view op node compared");
+    assert_eq!(
+        compared,
+        g.op_ids().count() - views,
+        "every non-view op node compared"
+    );
 
     // Stopping early: the callback's `false` ends the comparison.
     let mut seen = 0;
@@ -121,13 +138,25 @@ fn compare_graph_checks_every_node_against_the_reference_device() {
     assert_eq!(seen, 3);
 
     // Whole-graph comparison of chosen nodes.
-    let outs: Vec<_> = g.ids().filter(|&id| g[id].flags.contains(tessera::Flags::OUTPUT)).collect();
+    let outs: Vec<_> = g
+        .ids()
+        .filter(|&id| g[id].flags.contains(tessera::Flags::OUTPUT))
+        .collect();
     let mut n_out = 0;
-    assert!(compare_graph_nodes(s1.as_ref(), s2.as_ref(), &g, &placement, &outs, |_, t1, t2| {
-        n_out += 1;
-        nmse(&t1.read_f32().unwrap(), &t2.read_f32().unwrap()) < 5e-4
-    })
-    .unwrap());
+    assert!(
+        compare_graph_nodes(
+            s1.as_ref(),
+            s2.as_ref(),
+            &g,
+            &placement,
+            &outs,
+            |_, t1, t2| {
+                n_out += 1;
+                nmse(&t1.read_f32().unwrap(), &t2.read_f32().unwrap()) < 5e-4
+            }
+        )
+        .unwrap()
+    );
     assert_eq!(n_out, 2);
 }
 
@@ -145,7 +174,10 @@ fn graph_copy_duplicates_every_tensor_on_the_target_device() {
         let a = placement.tensor(&g, id).unwrap().to_bytes().unwrap();
         let b = copy.placement.tensor(&g, id).unwrap().to_bytes().unwrap();
         assert_eq!(a, b, "leaf {id} copied byte for byte");
-        assert_eq!(copy.placement.get(id).unwrap().buffer.buffer_type().name(), "REF");
+        assert_eq!(
+            copy.placement.get(id).unwrap().buffer.buffer_type().name(),
+            "REF"
+        );
     }
     // Every op node has memory on the target, views over their roots.
     copy.placement.check_complete(&g, 0..g.len()).unwrap();

@@ -39,13 +39,18 @@ struct ScaleGraph {
     _galloc: GraphAllocator,
 }
 
-fn scale_graph(device: &Arc<dyn Device>, n: usize, scale: f32) -> std::result::Result<ScaleGraph, String> {
+fn scale_graph(
+    device: &Arc<dyn Device>,
+    n: usize,
+    scale: f32,
+) -> std::result::Result<ScaleGraph, String> {
     let mut graph = Graph::new();
     let xi = graph.input("x", DType::F32, &[n]).map_err(err)?;
     let yi = graph.scale(xi, scale).map_err(err)?;
     graph.set_output(yi).map_err(err)?;
     let mut placement = Placement::new(&graph);
-    let inputs = alloc_tensors(&device.buffer_type(), &[graph[xi].layout], BufferUsage::Any).map_err(err)?;
+    let inputs =
+        alloc_tensors(&device.buffer_type(), &[graph[xi].layout], BufferUsage::Any).map_err(err)?;
     let x = inputs.tensors[0].clone();
     placement.bind(&graph, xi, &x).map_err(err)?;
     let mut galloc = GraphAllocator::new(device.buffer_type());
@@ -97,11 +102,27 @@ pub fn check_ordering(device: &Arc<dyn Device>) -> Check {
     let input_now = stream.get_async(&sg.x, 0, 4 * n).map_err(err)?;
     let want_a: Vec<f32> = a.iter().map(|v| v * 2.0).collect();
     let want_b: Vec<f32> = b.iter().map(|v| v * 2.0).collect();
-    expect_eq("read queued between two computes", &to_f32(&first.wait().map_err(err)?), &want_a)?;
-    expect_eq("read after the second compute", &to_f32(&second.wait().map_err(err)?), &want_b)?;
-    expect_eq("read of the input after its second write", &to_f32(&input_now.wait().map_err(err)?), &b)?;
+    expect_eq(
+        "read queued between two computes",
+        &to_f32(&first.wait().map_err(err)?),
+        &want_a,
+    )?;
+    expect_eq(
+        "read after the second compute",
+        &to_f32(&second.wait().map_err(err)?),
+        &want_b,
+    )?;
+    expect_eq(
+        "read of the input after its second write",
+        &to_f32(&input_now.wait().map_err(err)?),
+        &b,
+    )?;
     stream.synchronize().map_err(err)?;
-    expect_eq("blocking read after synchronize", &sg.y.read_vec::<f32>().map_err(err)?, &want_b)
+    expect_eq(
+        "blocking read after synchronize",
+        &sg.y.read_vec::<f32>().map_err(err)?,
+        &want_b,
+    )
 }
 
 /// Item 5: an event recorded after a compute on one stream, waited on by a
@@ -133,7 +154,11 @@ pub fn check_events(device: &Arc<dyn Device>) -> Check {
         return Err("event not signalled after Event::synchronize".into());
     }
     let want: Vec<f32> = v.iter().map(|x| x * 3.0 * 0.5).collect();
-    expect_eq("stream 2 after waiting on stream 1's event", &to_f32(&out.wait().map_err(err)?), &want)?;
+    expect_eq(
+        "stream 2 after waiting on stream 1's event",
+        &to_f32(&out.wait().map_err(err)?),
+        &want,
+    )?;
     // A never-recorded event counts as signalled.
     let fresh = device.new_event().map_err(err)?;
     fresh.synchronize().map_err(err)?;
@@ -180,7 +205,11 @@ pub fn check_errors(device: &Arc<dyn Device>) -> Check {
         .and_then(|_| stream.synchronize());
     match failed {
         Err(tessera::Error::Unallocated { .. }) => {}
-        other => return Err(format!("computing an unallocated graph gave {other:?}, expected Unallocated")),
+        other => {
+            return Err(format!(
+                "computing an unallocated graph gave {other:?}, expected Unallocated"
+            ));
+        }
     }
     check_ordering(device)
 }

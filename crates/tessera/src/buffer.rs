@@ -99,6 +99,12 @@ pub trait Buffer: Send + Sync + Debug {
         self.buffer_type().is_host()
     }
 
+    /// Writes are allowed (false for a read-only mapping of a file). Devices
+    /// check it before placing a result here. Default: true.
+    fn is_writable(&self) -> bool {
+        true
+    }
+
     /// Per-tensor setup when a tensor is placed at `offset` (ggml's
     /// `init_tensor`). Default: nothing to do.
     fn init_tensor(&self, layout: &Layout, offset: usize) -> Result<()> {
@@ -153,7 +159,9 @@ pub trait Buffer: Send + Sync + Debug {
             let end = start
                 .checked_add(piece)
                 .filter(|&e| e <= out.len())
-                .ok_or_else(|| Error::OutOfBounds(format!("read_2d piece {i} past the host slice")))?;
+                .ok_or_else(|| {
+                    Error::OutOfBounds(format!("read_2d piece {i} past the host slice"))
+                })?;
             let off = piece_offset(offset, i, buffer_stride)?;
             self.read(off, &mut out[start..end])?;
         }

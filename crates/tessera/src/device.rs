@@ -176,5 +176,7 @@ pub trait Device: Send + Sync + Debug {
 
 /// `true` if every op node of `graph` is supported by `device`.
 pub fn supports_graph(device: &dyn Device, graph: &Graph) -> bool {
-    graph.op_ids().all(|id| graph[id].op.is_view() || device.supports_op(graph, id))
+    graph
+        .op_ids()
+        .all(|id| graph[id].op.is_view() || device.supports_op(graph, id))
 }

@@ -66,7 +66,10 @@ impl BufferType for HostBufferType {
             return Err(Error::OutOfMemory {
                 device: self.name.clone(),
                 requested: size,
-                detail: format!("larger than the buffer type's maximum of {} bytes", self.max_size),
+                detail: format!(
+                    "larger than the buffer type's maximum of {} bytes",
+                    self.max_size
+                ),
             });
         }
         let mem = HostMemory::alloc(size).map_err(|detail| Error::OutOfMemory {
@@ -254,6 +257,10 @@ impl Buffer for HostBuffer {
 
     fn is_host(&self) -> bool {
         true
+    }
+
+    fn is_writable(&self) -> bool {
+        self.mem.writable
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {

@@ -52,6 +52,10 @@ impl Buffer for MultiBuffer {
         self.parts.iter().map(|p| p.size()).sum()
     }
 
+    fn is_writable(&self) -> bool {
+        self.parts.iter().all(|p| p.is_writable())
+    }
+
     fn write(&self, _offset: usize, _data: &[u8]) -> Result<()> {
         Err(self.no_bytes())
     }

@@ -140,7 +140,11 @@ impl Placement {
     /// tensor indices) reads or writes and that has no memory.
     pub fn check_complete(&self, graph: &Graph, range: Range<usize>) -> Result<()> {
         let end = range.end.min(graph.len());
-        for node_id in graph.ids().skip(range.start).take(end.saturating_sub(range.start)) {
+        for node_id in graph
+            .ids()
+            .skip(range.start)
+            .take(end.saturating_sub(range.start))
+        {
             let node = &graph[node_id];
             if node.is_leaf() {
                 continue;

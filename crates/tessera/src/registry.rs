@@ -56,7 +56,10 @@ impl Registry {
     /// added twice. Returns whether it was added.
     pub fn register(&self, family: Arc<dyn DeviceFamily>) -> bool {
         let mut fams = self.families.write().unwrap_or_else(|p| p.into_inner());
-        if fams.iter().any(|f| f.name().eq_ignore_ascii_case(family.name())) {
+        if fams
+            .iter()
+            .any(|f| f.name().eq_ignore_ascii_case(family.name()))
+        {
             return false;
         }
         fams.push(family);
@@ -94,7 +97,8 @@ impl Registry {
 
     /// Every device: each family's in registration order, then loose ones.
     pub fn devices(&self) -> Vec<Arc<dyn Device>> {
-        let mut all: Vec<Arc<dyn Device>> = self.families().iter().flat_map(|f| f.devices()).collect();
+        let mut all: Vec<Arc<dyn Device>> =
+            self.families().iter().flat_map(|f| f.devices()).collect();
         all.extend(
             self.loose
                 .read()
@@ -138,6 +142,8 @@ impl Registry {
                 return d.new_stream("");
             }
         }
-        Err(Error::NotFound("any GPU, integrated GPU or CPU device".into()))
+        Err(Error::NotFound(
+            "any GPU, integrated GPU or CPU device".into(),
+        ))
     }
 }

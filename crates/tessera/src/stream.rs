@@ -118,7 +118,12 @@ pub trait Stream: Send + Sync + Debug {
     /// Queue the op nodes whose tensor index lies in `range` (leaves and views
     /// are skipped) after everything queued before (contract item 4). Every
     /// tensor the nodes use must be placed.
-    fn compute_async(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()>;
+    fn compute_async(
+        &self,
+        graph: &Graph,
+        placement: &Placement,
+        range: Range<usize>,
+    ) -> Result<()>;
 
     /// Compute every op node of `graph` and wait for it (ggml's
     /// `ggml_backend_graph_compute`).
@@ -162,7 +167,12 @@ pub trait Stream: Send + Sync + Debug {
 /// before everything queued on `dst_stream` afterwards (ggml's
 /// `ggml_backend_tensor_copy_async`). Falls back to synchronizing both
 /// streams and a blocking copy when the destination stream cannot do it.
-pub fn copy_async(src_stream: &dyn Stream, dst_stream: &dyn Stream, src: &Tensor, dst: &Tensor) -> Result<()> {
+pub fn copy_async(
+    src_stream: &dyn Stream,
+    dst_stream: &dyn Stream,
+    src: &Tensor,
+    dst: &Tensor,
+) -> Result<()> {
     if src.layout() != dst.layout() {
         return Err(Error::InvalidLayout(format!(
             "async copy between different layouts {} and {}",

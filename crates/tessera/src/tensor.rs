@@ -119,7 +119,9 @@ impl Tensor {
 
     /// Write plain values of the tensor's own element type (e.g. `i32` ids).
     pub fn write_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<()> {
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size() || self.layout.dtype.is_quantized() {
+        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
+            || self.layout.dtype.is_quantized()
+        {
             return Err(Error::InvalidLayout(format!(
                 "cannot write {}-byte values into a {} tensor",
                 std::mem::size_of::<T>(),
@@ -133,7 +135,9 @@ impl Tensor {
     /// Read plain values of the tensor's own element type.
     pub fn read_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
         let n = self.layout.checked_nelements()?;
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size() || self.layout.dtype.is_quantized() {
+        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
+            || self.layout.dtype.is_quantized()
+        {
             return Err(Error::InvalidLayout(format!(
                 "cannot read {}-byte values from a {} tensor",
                 std::mem::size_of::<T>(),

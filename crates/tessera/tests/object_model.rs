@@ -27,7 +27,10 @@ fn host_buffers_check_bounds_and_fail_cleanly() {
     b.read(96, &mut out).unwrap();
     assert_eq!(out, [1, 2, 3, 4]);
     assert!(matches!(b.write(97, &[0; 4]), Err(Error::OutOfBounds(_))));
-    assert!(matches!(b.read(usize::MAX, &mut out), Err(Error::OutOfBounds(_))));
+    assert!(matches!(
+        b.read(usize::MAX, &mut out),
+        Err(Error::OutOfBounds(_))
+    ));
     assert!(matches!(b.fill(50, 51, 0), Err(Error::OutOfBounds(_))));
     b.clear(7).unwrap();
     b.read(0, &mut out).unwrap();
@@ -57,7 +60,10 @@ fn allocations_over_the_limit_are_out_of_memory_errors() {
     }
     // More than the address space allows: the system allocator refuses.
     let huge = host_buft(usize::MAX);
-    assert!(matches!(huge.alloc_buffer(usize::MAX - 4096), Err(Error::OutOfMemory { .. })));
+    assert!(matches!(
+        huge.alloc_buffer(usize::MAX - 4096),
+        Err(Error::OutOfMemory { .. })
+    ));
 }
 
 #[test]
@@ -66,7 +72,11 @@ fn borrowed_memory_is_kept_alive_and_read_only_when_asked() {
     let bytes: Arc<Vec<u8>> = Arc::new((0u8..64).collect());
     let owner = ArcBytes(bytes.clone());
     let b = HostBuffer::from_memory(HostMemory::borrowed(owner), buft.clone());
-    assert_eq!(Arc::strong_count(&bytes), 2, "the buffer keeps the owner alive");
+    assert_eq!(
+        Arc::strong_count(&bytes),
+        2,
+        "the buffer keeps the owner alive"
+    );
     let mut out = [0u8; 3];
     b.read(10, &mut out).unwrap();
     assert_eq!(out, [10, 11, 12]);
@@ -95,9 +105,13 @@ fn tensors_are_bounds_checked_views_of_buffers() {
     let buft = host_buft(usize::MAX);
     let b = buft.alloc_buffer(64).unwrap();
     let l = Layout::contiguous(DType::F32, &[4, 2]).unwrap();
-    assert!(Tensor::new(l, b.clone(), 40).is_err(), "32 bytes at 40 exceed 64");
+    assert!(
+        Tensor::new(l, b.clone(), 40).is_err(),
+        "32 bytes at 40 exceed 64"
+    );
     let t = Tensor::new(l, b.clone(), 32).unwrap();
-    t.write_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]).unwrap();
+    t.write_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+        .unwrap();
     assert_eq!(t.read_vec::<f32>().unwrap()[5], 6.0);
     assert!(matches!(t.write(30, &[0; 4]), Err(Error::OutOfBounds(_))));
     assert!(t.write_slice(&[1i64]).is_err(), "wrong element size");
@@ -107,7 +121,10 @@ fn tensors_are_bounds_checked_views_of_buffers() {
     assert!(t.copy_to(&other).is_err());
     let same = Tensor::new(l, b, 0).unwrap();
     t.copy_to(&same).unwrap();
-    assert_eq!(same.read_vec::<f32>().unwrap(), t.read_vec::<f32>().unwrap());
+    assert_eq!(
+        same.read_vec::<f32>().unwrap(),
+        t.read_vec::<f32>().unwrap()
+    );
 }
 
 #[test]
@@ -131,18 +148,27 @@ fn placements_bind_check_and_place_views() {
     }
     p.place_views(&g).unwrap();
     assert_eq!(p.get(v).unwrap().offset, 64 + 16);
-    assert!(matches!(p.check_complete(&g, 0..g.len()), Err(Error::Unallocated { .. })));
+    assert!(matches!(
+        p.check_complete(&g, 0..g.len()),
+        Err(Error::Unallocated { .. })
+    ));
     let ts = Tensor::new(g[s].layout, b.clone(), 128).unwrap();
     p.bind(&g, s, &ts).unwrap();
     p.check_complete(&g, 0..g.len()).unwrap();
-    assert!(p.get(y).is_none(), "y is unused by ops and was never placed");
+    assert!(
+        p.get(y).is_none(),
+        "y is unused by ops and was never placed"
+    );
     assert!(p.tensor(&g, y).is_err());
 }
 
 #[test]
 fn multi_buffers_group_parts_and_propagate_usage() {
     let buft = host_buft(usize::MAX);
-    let parts = vec![buft.alloc_buffer(16).unwrap(), buft.alloc_buffer(8).unwrap()];
+    let parts = vec![
+        buft.alloc_buffer(16).unwrap(),
+        buft.alloc_buffer(8).unwrap(),
+    ];
     let m = MultiBuffer::new(parts.clone(), buft.clone());
     assert_eq!(m.size(), 24);
     assert!(MultiBuffer::is_multi(&m));
@@ -251,19 +277,38 @@ impl Stream for PlainStream {
 
 #[test]
 fn stream_fallbacks_synchronize_then_copy() {
-    let s = PlainStream { syncs: Mutex::new(0) };
+    let s = PlainStream {
+        syncs: Mutex::new(0),
+    };
     let b = device_mem(64);
     let l = Layout::contiguous(DType::F32, &[4]).unwrap();
     let t = Tensor::new(l, b.clone(), 0).unwrap();
     let u = Tensor::new(l, b, 32).unwrap();
-    s.set_async(&t, 0, bytemuck::cast_slice(&[1.0f32, 2.0, 3.0, 4.0]).to_vec()).unwrap();
+    s.set_async(
+        &t,
+        0,
+        bytemuck::cast_slice(&[1.0f32, 2.0, 3.0, 4.0]).to_vec(),
+    )
+    .unwrap();
     let pending = s.get_async(&t, 4, 8).unwrap();
-    assert_eq!(pending.wait().unwrap(), bytemuck::cast_slice(&[2.0f32, 3.0]).to_vec());
+    assert_eq!(
+        pending.wait().unwrap(),
+        bytemuck::cast_slice(&[2.0f32, 3.0]).to_vec()
+    );
     copy_async(&s, &s, &t, &u).unwrap();
     assert_eq!(u.read_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
-    assert!(*s.syncs.lock().unwrap() >= 4, "each fallback synchronizes first");
-    assert!(s.set_async(&t, 8, vec![0; 16]).is_err(), "bounds still checked");
-    assert!(matches!(s.record_event(&NullEvent), Err(Error::Unsupported { .. })));
+    assert!(
+        *s.syncs.lock().unwrap() >= 4,
+        "each fallback synchronizes first"
+    );
+    assert!(
+        s.set_async(&t, 8, vec![0; 16]).is_err(),
+        "bounds still checked"
+    );
+    assert!(matches!(
+        s.record_event(&NullEvent),
+        Err(Error::Unsupported { .. })
+    ));
     s.wait_event(&NullEvent).unwrap();
     assert!(s.set_n_threads(2).is_err());
     assert!(s.set_abort_callback(None).is_err());
@@ -308,7 +353,9 @@ impl Device for NullDevice {
         "NULL"
     }
     fn new_stream(&self, _params: &str) -> Result<Arc<dyn Stream>> {
-        Ok(Arc::new(PlainStream { syncs: Mutex::new(0) }))
+        Ok(Arc::new(PlainStream {
+            syncs: Mutex::new(0),
+        }))
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         host_buft(usize::MAX)
@@ -341,9 +388,15 @@ impl DeviceFamily for NullFamily {
 #[test]
 fn registry_finds_by_name_and_type_and_defaults_are_upstreams() {
     let reg = Registry::new();
-    assert!(reg.init_best().is_err(), "an empty registry has no best device");
+    assert!(
+        reg.init_best().is_err(),
+        "an empty registry has no best device"
+    );
     assert!(reg.register(Arc::new(NullFamily)));
-    assert!(!reg.register(Arc::new(NullFamily)), "families are not added twice");
+    assert!(
+        !reg.register(Arc::new(NullFamily)),
+        "families are not added twice"
+    );
     assert_eq!(reg.family_by_name("null").unwrap().name(), "NULL");
     let d = reg.device_by_name("NULL0").unwrap();
     assert_eq!(d.device_type(), DeviceType::Gpu);
@@ -355,7 +408,10 @@ fn registry_finds_by_name_and_type_and_defaults_are_upstreams() {
     assert!(d.new_event().is_err());
     let g = Graph::new();
     assert!(!d.offload_op(&g, TensorId::from_index(0)));
-    assert!(d.buffer_from_host_memory(HostMemory::borrowed(vec![0u8; 4]), 4).is_err());
+    assert!(
+        d.buffer_from_host_memory(HostMemory::borrowed(vec![0u8; 4]), 4)
+            .is_err()
+    );
     let props = d.props();
     assert_eq!(props.name, "Null0");
     assert!(props.device_id.is_none());

@@ -25,11 +25,26 @@ const ANCHORS: &[(&str, f64)] = &[
     ("MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=8,k=14336)", 82.83),
     ("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=8,k=14336)", 80.46),
     ("MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=8,k=14336)", 84.48),
-    ("MUL_MAT(type_a=f32,type_b=f32,m=4096,n=512,k=14336)", 102.89),
-    ("MUL_MAT(type_a=f16,type_b=f32,m=4096,n=512,k=14336)", 151.22),
-    ("MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=512,k=14336)", 100.85),
-    ("MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=512,k=14336)", 83.30),
-    ("MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=512,k=14336)", 83.30),
+    (
+        "MUL_MAT(type_a=f32,type_b=f32,m=4096,n=512,k=14336)",
+        102.89,
+    ),
+    (
+        "MUL_MAT(type_a=f16,type_b=f32,m=4096,n=512,k=14336)",
+        151.22,
+    ),
+    (
+        "MUL_MAT(type_a=q8_0,type_b=f32,m=4096,n=512,k=14336)",
+        100.85,
+    ),
+    (
+        "MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=512,k=14336)",
+        83.30,
+    ),
+    (
+        "MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=512,k=14336)",
+        83.30,
+    ),
     ("ADD(type=f32,ne=[4096,512,1,1],nr=[1,1,1,1])", 54.11),
     ("ADD(type=f32,ne=[4096,1,1,1],nr=[1,512,1,1])", 112.72),
     ("ADD(type=f32,ne=[4096,4096,1,1],nr=[1,1,1,1])", 20.96),
@@ -46,7 +61,10 @@ const ANCHORS: &[(&str, f64)] = &[
     ("CPY(type_src=f32,type_dst=f16,ne=[512,3072,1,1])", 3.63),
     ("CPY(type_src=f32,type_dst=q4_0,ne=[512,3072,1,1])", 3.47),
     ("CPY(type_src=q4_0,type_dst=f32,ne=[512,3072,1,1])", 4.84),
-    ("FLASH_ATTN_EXT(hsk=128,hsv=128,nh=32,nr=1,kv=4096,nb=1,type_KV=f16)", 19.0),
+    (
+        "FLASH_ATTN_EXT(hsk=128,hsv=128,nh=32,nr=1,kv=4096,nb=1,type_KV=f16)",
+        19.0,
+    ),
     ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=1)", 0.09),
     ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=2)", 0.41),
 ];

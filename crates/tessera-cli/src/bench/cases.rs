@@ -22,6 +22,9 @@ pub struct Leaf {
     pub fill: Fill,
 }
 
+/// Builds one op node from the leaf ids.
+pub type BuildFn = Box<dyn Fn(&mut Graph, &[TensorId]) -> Result<TensorId>>;
+
 /// One case: the leaves and how to build one op node from them.
 pub struct PerfCase {
     /// Name in test-backend-ops style.
@@ -29,7 +32,7 @@ pub struct PerfCase {
     /// Leaves shared by every duplicate of the op.
     pub leaves: Vec<Leaf>,
     /// Build one op node from the leaf ids.
-    pub build: Box<dyn Fn(&mut Graph, &[TensorId]) -> Result<TensorId>>,
+    pub build: BuildFn,
     /// Floating-point operations per op (for GFLOPS), if the op has a flop count.
     pub flops: Option<f64>,
     /// Bytes moved per op (destination plus sources), for GB/s.
@@ -78,7 +81,10 @@ pub fn all_cases() -> Vec<PerfCase> {
 fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
     PerfCase {
         name: format!("MUL_MAT(type_a={},type_b=f32,m={m},n={n},k={k})", t.name()),
-        leaves: vec![leaf(t, &[k, m], Fill::Uniform), leaf(DType::F32, &[k, n], Fill::Uniform)],
+        leaves: vec![
+            leaf(t, &[k, m], Fill::Uniform),
+            leaf(DType::F32, &[k, n], Fill::Uniform),
+        ],
         build: Box::new(|g, l| g.mul_mat(l[0], l[1])),
         flops: Some(2.0 * m as f64 * n as f64 * k as f64),
         bytes: nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
@@ -96,7 +102,13 @@ fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
             leaf(DType::F32, &full, Fill::Uniform),
             leaf(DType::F32, &ne, Fill::Uniform),
         ],
-        build: Box::new(move |g, l| if op == "ADD" { g.add(l[0], l[1]) } else { g.mul(l[0], l[1]) }),
+        build: Box::new(move |g, l| {
+            if op == "ADD" {
+                g.add(l[0], l[1])
+            } else {
+                g.mul(l[0], l[1])
+            }
+        }),
         flops: None,
         // test-backend-ops counts 3 x dst for binary broadcasts.
         bytes: 3.0 * nbytes(DType::F32, &full),
@@ -115,7 +127,10 @@ fn rms_norm(ne: [usize; 2]) -> PerfCase {
 
 fn soft_max(ne: [usize; 3]) -> PerfCase {
     PerfCase {
-        name: format!("SOFT_MAX(type=f32,ne=[{},{},{},1],mask=0,scale=1)", ne[0], ne[1], ne[2]),
+        name: format!(
+            "SOFT_MAX(type=f32,ne=[{},{},{},1],mask=0,scale=1)",
+            ne[0], ne[1], ne[2]
+        ),
         leaves: vec![leaf(DType::F32, &ne, Fill::Uniform)],
         build: Box::new(|g, l| g.soft_max(l[0])),
         flops: None,
@@ -134,7 +149,10 @@ fn rope(t: DType, mode: RopeMode) -> PerfCase {
             ne[2],
             mode.ggml_mode()
         ),
-        leaves: vec![leaf(t, &ne, Fill::Uniform), leaf(DType::I32, &[ne[2]], Fill::Positions)],
+        leaves: vec![
+            leaf(t, &ne, Fill::Uniform),
+            leaf(DType::I32, &[ne[2]], Fill::Positions),
+        ],
         build: Box::new(move |g, l| g.rope(l[0], l[1], None, RopeParams::new(128, mode, 10000.0))),
         flops: None,
         bytes: 2.0 * nbytes(t, &ne) + nbytes(DType::I32, &[ne[2]]),
@@ -167,7 +185,15 @@ fn flash_attn(hs: usize, nh: usize, kv: usize, nb: usize) -> PerfCase {
             leaf(DType::F16, &[kv, nb], Fill::Zeros),
         ],
         build: Box::new(move |g, l| {
-            g.flash_attn_ext(l[0], l[1], l[2], Some(l[3]), 1.0 / (hs as f32).sqrt(), 0.0, 0.0)
+            g.flash_attn_ext(
+                l[0],
+                l[1],
+                l[2],
+                Some(l[3]),
+                1.0 / (hs as f32).sqrt(),
+                0.0,
+                0.0,
+            )
         }),
         // test-backend-ops counts only the two matrix products.
         flops: Some(2.0 * nh as f64 * nb as f64 * (hs + hs) as f64 * kv as f64),

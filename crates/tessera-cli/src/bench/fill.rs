@@ -45,7 +45,11 @@ pub fn fill(t: &Tensor, fill: Fill) -> Result<()> {
             let mut pattern = vec![0u8; distinct * row_bytes];
             for r in 0..distinct {
                 let v: Vec<f32> = (0..row).map(|_| rng.next_f32()).collect();
-                quant::from_f32(l.dtype, &v, &mut pattern[r * row_bytes..(r + 1) * row_bytes])?;
+                quant::from_f32(
+                    l.dtype,
+                    &v,
+                    &mut pattern[r * row_bytes..(r + 1) * row_bytes],
+                )?;
             }
             let mut bytes = vec![0u8; rows * row_bytes];
             for (i, chunk) in bytes.chunks_mut(row_bytes).enumerate() {

@@ -44,12 +44,17 @@ pub struct OpsArgs {
 pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     let device = Registry::global().device_by_name(args.device.as_deref().unwrap_or("CPU"))?;
     let stream = device.new_stream("")?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     let _ = stream.set_n_threads(threads);
     let matches = |name: &str| args.op.as_deref().is_none_or(|f| name.contains(f));
-    let cases: Vec<PerfCase> = all_cases().into_iter().filter(|c| matches(&c.name)).collect();
+    let cases: Vec<PerfCase> = all_cases()
+        .into_iter()
+        .filter(|c| matches(&c.name))
+        .collect();
     if args.list {
         cases.iter().for_each(|c| println!("{}", c.name));
         return Ok(ExitCode::SUCCESS);
@@ -97,9 +102,18 @@ fn case_supported(device: &Arc<dyn Device>, case: &PerfCase) -> Result<bool> {
     Ok(tessera::supports_graph(device.as_ref(), &g))
 }
 
-fn run_case(device: &Arc<dyn Device>, stream: &dyn Stream, case: &PerfCase, seconds: f64) -> Result<String> {
+fn run_case(
+    device: &Arc<dyn Device>,
+    stream: &dyn Stream,
+    case: &PerfCase,
+    seconds: f64,
+) -> Result<String> {
     let cost = case.flops.unwrap_or(case.bytes).max(1.0);
-    let target = if case.flops.is_some() { 8e9 } else { 8.0 * (1u64 << 30) as f64 };
+    let target = if case.flops.is_some() {
+        8e9
+    } else {
+        8.0 * (1u64 << 30) as f64
+    };
     let n_runs = ((target / cost) as usize).min(8192 - case.leaves.len()) + 1;
     let (graph, leaves) = build(case, n_runs)?;
     let mut placement = Placement::new(&graph);
@@ -143,7 +157,11 @@ fn run_case(device: &Arc<dyn Device>, stream: &dyn Stream, case: &PerfCase, seco
 fn compare(name: &str, figure: f64, higher_is_better: bool) -> String {
     match anchors::ggml_figure(name) {
         Some(g) if g > 0.0 => {
-            let ratio = if higher_is_better { figure / g } else { g / figure };
+            let ratio = if higher_is_better {
+                figure / g
+            } else {
+                g / figure
+            };
             format!("  | ggml {g:.2} ({ratio:.2}x)")
         }
         _ => String::new(),

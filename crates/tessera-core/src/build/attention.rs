@@ -29,7 +29,9 @@ impl Graph {
         ensure_type(name, "a", la.dtype, &[DType::F32])?;
         ensure_finite(name, "scale", scale)?;
         ensure_finite(name, "max_bias", max_bias)?;
-        ensure(max_bias >= 0.0, name, || format!("max_bias = {max_bias} is negative"))?;
+        ensure(max_bias >= 0.0, name, || {
+            format!("max_bias = {max_bias} is negative")
+        })?;
         ensure(la.is_contiguous_rows(), name, || {
             format!("a {} must have contiguous rows", shape(self, a))
         })?;
@@ -52,9 +54,13 @@ impl Graph {
                     )
                 },
             )?;
-            ensure(lm.is_contiguous_rows(), name, || "mask rows must be contiguous".into())?;
+            ensure(lm.is_contiguous_rows(), name, || {
+                "mask rows must be contiguous".into()
+            })?;
         } else {
-            ensure(max_bias == 0.0, name, || "ALiBi (max_bias > 0) needs a mask".into())?;
+            ensure(max_bias == 0.0, name, || {
+                "ALiBi (max_bias > 0) needs a mask".into()
+            })?;
         }
         let out = Layout::contiguous4(la.dtype, la.ne)?;
         self.push_op(Op::SoftMax { scale, max_bias }, out, &[Some(a), mask])
@@ -89,7 +95,12 @@ impl Graph {
         ensure(
             p.n_dims > 0 && p.n_dims.is_multiple_of(2) && p.n_dims <= la.ne[0],
             name,
-            || format!("n_dims = {} must be even, > 0 and <= ne0 = {}", p.n_dims, la.ne[0]),
+            || {
+                format!(
+                    "n_dims = {} must be even, > 0 and <= ne0 = {}",
+                    p.n_dims, la.ne[0]
+                )
+            },
         )?;
         for (what, v) in [
             ("freq_base", p.freq_base),
@@ -163,8 +174,12 @@ impl Graph {
                 shape(self, v)
             )
         };
-        ensure(lk.ne[0] == lq.ne[0], name, || format!("k and q head sizes differ: {}", dims()))?;
-        ensure(lv.ne[1] == lk.ne[1], name, || format!("k and v lengths differ: {}", dims()))?;
+        ensure(lk.ne[0] == lq.ne[0], name, || {
+            format!("k and q head sizes differ: {}", dims())
+        })?;
+        ensure(lv.ne[1] == lk.ne[1], name, || {
+            format!("k and v lengths differ: {}", dims())
+        })?;
         ensure(lv.ne[2] == lk.ne[2] && lk.ne[2] > 0, name, || {
             format!("k and v head counts differ: {}", dims())
         })?;
@@ -201,7 +216,9 @@ impl Graph {
                 },
             )?;
         } else {
-            ensure(max_bias == 0.0, name, || "ALiBi (max_bias > 0) needs a mask".into())?;
+            ensure(max_bias == 0.0, name, || {
+                "ALiBi (max_bias > 0) needs a mask".into()
+            })?;
         }
         let out = Layout::contiguous4(DType::F32, [lv.ne[0], lq.ne[2], lq.ne[1], lq.ne[3]])?;
         self.push_op(

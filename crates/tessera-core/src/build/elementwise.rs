@@ -81,7 +81,10 @@ impl Graph {
         let la = self.layout(a)?;
         ensure_type(name, "a", la.dtype, &FLOATS)?;
         ensure(la.ne[0] % 2 == 0, name, || {
-            format!("fused input {} must have an even row length", shape(self, a))
+            format!(
+                "fused input {} must have an even row length",
+                shape(self, a)
+            )
         })?;
         ensure(la.is_contiguous_rows(), name, || {
             format!("input {} must have contiguous rows", shape(self, a))
@@ -105,9 +108,11 @@ impl Graph {
                 shape(self, b)
             )
         })?;
-        ensure(la.is_contiguous_rows() && lb.is_contiguous_rows(), name, || {
-            "x and g must have contiguous rows".to_string()
-        })?;
+        ensure(
+            la.is_contiguous_rows() && lb.is_contiguous_rows(),
+            name,
+            || "x and g must have contiguous rows".to_string(),
+        )?;
         let out = Layout::contiguous4(la.dtype, la.ne)?;
         self.push_op(
             Op::Glu {

@@ -17,17 +17,32 @@ impl Graph {
         let la = self.layout(a)?;
         let li = self.layout(ids)?;
         ensure_type(name, "ids", li.dtype, &[DType::I32])?;
-        ensure(li.ne[3] == 1 && la.ne[2] == li.ne[1] && la.ne[3] == li.ne[2], name, || {
-            format!(
-                "ids {} must be [n, a.ne2, a.ne3] for a {}",
-                shape(self, ids),
-                shape(self, a)
-            )
-        })?;
-        ensure(la.is_contiguous_rows() && la.dtype != DType::I64, name, || {
-            format!("a {} must have contiguous rows of a float, quantized or I32 type", shape(self, a))
-        })?;
-        let out_t = if la.dtype == DType::I32 { DType::I32 } else { DType::F32 };
+        ensure(
+            li.ne[3] == 1 && la.ne[2] == li.ne[1] && la.ne[3] == li.ne[2],
+            name,
+            || {
+                format!(
+                    "ids {} must be [n, a.ne2, a.ne3] for a {}",
+                    shape(self, ids),
+                    shape(self, a)
+                )
+            },
+        )?;
+        ensure(
+            la.is_contiguous_rows() && la.dtype != DType::I64,
+            name,
+            || {
+                format!(
+                    "a {} must have contiguous rows of a float, quantized or I32 type",
+                    shape(self, a)
+                )
+            },
+        )?;
+        let out_t = if la.dtype == DType::I32 {
+            DType::I32
+        } else {
+            DType::F32
+        };
         let out = Layout::contiguous4(out_t, [la.ne[0], li.ne[0], li.ne[1], li.ne[2]])?;
         self.push_op(Op::GetRows, out, &[Some(a), Some(ids)])
     }
@@ -44,9 +59,11 @@ impl Graph {
         let li = self.layout(ids)?;
         ensure_type(name, "src", ls.dtype, &[DType::F32])?;
         ensure_type(name, "ids", li.dtype, &[DType::I64, DType::I32])?;
-        ensure(ld.dtype.is_float() || ld.dtype.is_quantized() && ld.dtype != DType::Q8K, name, || {
-            format!("destination type {} is not supported", ld.dtype)
-        })?;
+        ensure(
+            ld.dtype.is_float() || ld.dtype.is_quantized() && ld.dtype != DType::Q8K,
+            name,
+            || format!("destination type {} is not supported", ld.dtype),
+        )?;
         ensure(
             ld.ne[0] == ls.ne[0]
                 && ld.ne[2] == ls.ne[2]
@@ -67,9 +84,11 @@ impl Graph {
                 )
             },
         )?;
-        ensure(ld.is_contiguous_rows() && ls.is_contiguous_rows(), name, || {
-            "dst and src rows must be contiguous".into()
-        })?;
+        ensure(
+            ld.is_contiguous_rows() && ls.is_contiguous_rows(),
+            name,
+            || "dst and src rows must be contiguous".into(),
+        )?;
         self.push_view(Op::SetRows, ld, dst, 0, &[Some(dst), Some(src), Some(ids)])
     }
 
@@ -79,8 +98,12 @@ impl Graph {
         let name = "ARGMAX";
         let la = self.layout(a)?;
         ensure_type(name, "a", la.dtype, &[DType::F32])?;
-        ensure(la.is_matrix(), name, || format!("a {} must be a matrix", shape(self, a)))?;
-        ensure(la.ne[0] <= i32::MAX as usize, name, || "rows longer than i32::MAX".into())?;
+        ensure(la.is_matrix(), name, || {
+            format!("a {} must be a matrix", shape(self, a))
+        })?;
+        ensure(la.ne[0] <= i32::MAX as usize, name, || {
+            "rows longer than i32::MAX".into()
+        })?;
         let out = Layout::contiguous4(DType::I32, [la.ne[1], 1, 1, 1])?;
         self.push_op(Op::Argmax, out, &[Some(a)])
     }

@@ -50,7 +50,10 @@ impl Graph {
             },
         )?;
         ensure(!la.is_transposed() && la.is_contiguous_rows(), name, || {
-            format!("a {} must have contiguous rows (not transposed)", shape(self, a))
+            format!(
+                "a {} must have contiguous rows (not transposed)",
+                shape(self, a)
+            )
         })?;
         let out = Layout::contiguous4(DType::F32, [la.ne[1], lb.ne[1], lb.ne[2], lb.ne[3]])?;
         self.push_op(Op::MulMat, out, &[Some(a), Some(b)])

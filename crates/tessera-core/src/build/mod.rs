@@ -85,14 +85,21 @@ fn shape(g: &Graph, id: TensorId) -> String {
 
 /// `Err(InvalidOp)` unless `cond`.
 fn ensure(cond: bool, op: &'static str, reason: impl FnOnce() -> String) -> Result<()> {
-    if cond { Ok(()) } else { Err(Error::op(op, reason())) }
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::op(op, reason()))
+    }
 }
 
 /// `Err(InvalidOp)` unless `dtype` is one of `allowed`.
 fn ensure_type(op: &'static str, what: &str, dtype: DType, allowed: &[DType]) -> Result<()> {
     ensure(allowed.contains(&dtype), op, || {
         let names: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
-        format!("{what} has type {dtype}; expected one of {}", names.join(", "))
+        format!(
+            "{what} has type {dtype}; expected one of {}",
+            names.join(", ")
+        )
     })
 }
 

@@ -47,13 +47,17 @@ impl Graph {
         let name = "CPY";
         let la = self.layout(a)?;
         let lb = self.layout(b)?;
-        ensure(la.checked_nelements()? == lb.checked_nelements()?, name, || {
-            format!(
-                "a {} and b {} have different element counts",
-                shape(self, a),
-                shape(self, b)
-            )
-        })?;
+        ensure(
+            la.checked_nelements()? == lb.checked_nelements()?,
+            name,
+            || {
+                format!(
+                    "a {} and b {} have different element counts",
+                    shape(self, a),
+                    shape(self, b)
+                )
+            },
+        )?;
         ensure(cpy_supported(la.dtype, lb.dtype), name, || {
             format!("no conversion from {} to {}", la.dtype, lb.dtype)
         })?;
@@ -81,9 +85,17 @@ impl Graph {
             format!("a {} must be contiguous (use cont first)", shape(self, a))
         })?;
         let out = Layout::contiguous(la.dtype, ne)?;
-        ensure(out.checked_nelements()? == la.checked_nelements()?, name, || {
-            format!("a {} cannot be reshaped to {:?}: element counts differ", shape(self, a), ne)
-        })?;
+        ensure(
+            out.checked_nelements()? == la.checked_nelements()?,
+            name,
+            || {
+                format!(
+                    "a {} cannot be reshaped to {:?}: element counts differ",
+                    shape(self, a),
+                    ne
+                )
+            },
+        )?;
         self.push_view(Op::Reshape, out, a, 0, &[Some(a)])
     }
 
@@ -159,11 +171,9 @@ impl Graph {
             seen[ax] = true;
         }
         let layout = permuted(&la, axes);
-        ensure(
-            !la.dtype.is_quantized() || axes[0] == 0,
-            "PERMUTE",
-            || "a quantized tensor's dimension 0 cannot move".into(),
-        )?;
+        ensure(!la.dtype.is_quantized() || axes[0] == 0, "PERMUTE", || {
+            "a quantized tensor's dimension 0 cannot move".into()
+        })?;
         let op = Op::Permute(axes.map(|a| a as u8));
         self.push_view(op, layout, a, 0, &[Some(a)])
     }
@@ -185,16 +195,27 @@ impl Graph {
         let la = self.layout(a)?;
         let lb = self.layout(b)?;
         ensure(dim < MAX_DIMS, name, || format!("dim {dim} is not 0..4"))?;
-        ensure(la.dtype == lb.dtype && !la.dtype.is_quantized(), name, || {
-            format!("a and b must share a non-quantized type ({} vs {})", la.dtype, lb.dtype)
-        })?;
-        ensure((0..MAX_DIMS).all(|d| d == dim || la.ne[d] == lb.ne[d]), name, || {
-            format!(
-                "a {} and b {} differ outside dim {dim}",
-                shape(self, a),
-                shape(self, b)
-            )
-        })?;
+        ensure(
+            la.dtype == lb.dtype && !la.dtype.is_quantized(),
+            name,
+            || {
+                format!(
+                    "a and b must share a non-quantized type ({} vs {})",
+                    la.dtype, lb.dtype
+                )
+            },
+        )?;
+        ensure(
+            (0..MAX_DIMS).all(|d| d == dim || la.ne[d] == lb.ne[d]),
+            name,
+            || {
+                format!(
+                    "a {} and b {} differ outside dim {dim}",
+                    shape(self, a),
+                    shape(self, b)
+                )
+            },
+        )?;
         let mut ne = la.ne;
         ne[dim] = la.ne[dim]
             .checked_add(lb.ne[dim])
@@ -211,5 +232,9 @@ fn permuted(la: &Layout, axes: [usize; MAX_DIMS]) -> Layout {
         ne[axes[i]] = la.ne[i];
         nb[axes[i]] = la.nb[i];
     }
-    Layout { dtype: la.dtype, ne, nb }
+    Layout {
+        dtype: la.dtype,
+        ne,
+        nb,
+    }
 }

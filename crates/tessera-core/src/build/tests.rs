@@ -109,10 +109,15 @@ fn soft_max_rope_attention_errors() {
     let k = t(&mut g, DType::F16, &[64, 10, 2]);
     let v = t(&mut g, DType::F16, &[32, 10, 2]);
     let mask = t(&mut g, DType::F16, &[10, 3]);
-    let o = g.flash_attn_ext(q, k, v, Some(mask), 0.125, 0.0, 0.0).unwrap();
+    let o = g
+        .flash_attn_ext(q, k, v, Some(mask), 0.125, 0.0, 0.0)
+        .unwrap();
     assert_eq!(g[o].layout.ne, [32, 8, 3, 1]);
     let k3 = t(&mut g, DType::F16, &[64, 10, 3]);
-    invalid(g.flash_attn_ext(q, k3, v, None, 1.0, 0.0, 0.0), "FLASH_ATTN_EXT");
+    invalid(
+        g.flash_attn_ext(q, k3, v, None, 1.0, 0.0, 0.0),
+        "FLASH_ATTN_EXT",
+    );
     let mask_bad = t(&mut g, DType::F16, &[9, 3]);
     invalid(
         g.flash_attn_ext(q, k, v, Some(mask_bad), 1.0, 0.0, 0.0),

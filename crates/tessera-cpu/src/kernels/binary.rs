@@ -10,7 +10,7 @@
 use half::{bf16, f16};
 use tessera::{DType, Error, Op, Result};
 
-use super::elem::{Float, unravel_row};
+use super::elem::{Float, rows, wrap};
 use super::{NodeCtx, TensorRef};
 
 /// An element-wise f32 operation.
@@ -89,24 +89,23 @@ fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef
     let (dnb0, anb0, bnb0) = (d.nb(0), a.nb(0), b.nb(0));
     let contiguous = dnb0 == size_of::<T>() && anb0 == size_of::<T>() && bnb0 == size_of::<U>();
     let (ne0, ne10) = (ne[0], bne[0]);
-    for ir in ctx.split(nrows) {
-        let (i1, i2, i3) = unravel_row(ir, &ne);
+    for (i1, i2, i3) in rows(ctx.split(nrows), &ne) {
         // SAFETY: in-range rows; `b`'s indices are reduced modulo its extents.
         let (zr, xr, yr) = unsafe {
             (
                 d.row(i1, i2, i3),
                 a.row(i1, i2, i3) as *const u8,
-                b.row(i1 % bne[1], i2 % bne[2], i3 % bne[3]) as *const u8,
+                b.row(wrap(i1, bne[1]), wrap(i2, bne[2]), wrap(i3, bne[3])) as *const u8,
             )
         };
         if contiguous {
             let (z, x, y) = (zr as *mut T, xr as *const T, yr as *const U);
             let mut base = 0;
             while base < ne0 {
-                for j in 0..ne10 {
-                    // SAFETY: `base + j < ne0` (ne0 is a multiple of ne10) and
-                    // `j < ne10`; rows are contiguous and aligned. Raw reads
-                    // and writes tolerate `z` aliasing `x` or `y` exactly.
+                for j in 0..ne10.min(ne0 - base) {
+                    // SAFETY: `base + j < ne0` and `j < ne10`; rows are
+                    // contiguous and aligned. Raw reads and writes tolerate
+                    // `z` aliasing `x` or `y` exactly.
                     unsafe {
                         let v = O::apply((*x.add(base + j)).to_f32(), (*y.add(j)).to_f32());
                         *z.add(base + j) = T::from_f32(v);
@@ -115,12 +114,17 @@ fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef
                 base += ne10;
             }
         } else {
+            let mut j = 0;
             for i in 0..ne0 {
-                // SAFETY: `i < ne0`, `i % ne10 < ne10`; strided, aligned elements.
+                // SAFETY: `i < ne0`, `j < ne10`; strided, aligned elements.
                 unsafe {
                     let xv = (xr.add(i * anb0) as *const T).read().to_f32();
-                    let yv = (yr.add(i % ne10 * bnb0) as *const U).read().to_f32();
+                    let yv = (yr.add(j * bnb0) as *const U).read().to_f32();
                     (zr.add(i * dnb0) as *mut T).write(T::from_f32(O::apply(xv, yv)));
+                }
+                j += 1;
+                if j == ne10 {
+                    j = 0;
                 }
             }
         }

@@ -17,7 +17,7 @@
 
 use tessera::{DType, Error, Result, quant};
 
-use super::elem::{Float, unravel_row, with_float};
+use super::elem::{Float, rows, with_float};
 use super::{NodeCtx, TensorRef};
 
 /// Compute this thread's share of a DUP, CONT or CPY node (`src[0]` into `dst`).
@@ -61,10 +61,9 @@ fn walk_segments(
     if sne[0] == 0 || nrows == 0 {
         return Ok(());
     }
-    let rows = ctx.split(nrows);
+    let range = ctx.split(nrows);
     if sne == dne {
-        for ir in rows {
-            let (i1, i2, i3) = unravel_row(ir, &sne);
+        for (i1, i2, i3) in rows(range, &sne) {
             // SAFETY: in-range row indices of two tensors of the same extents.
             let (s, d) = unsafe { (src.row(i1, i2, i3), dst.row(i1, i2, i3)) };
             f(s, src.nb(0), d, dst.nb(0), sne[0]);
@@ -74,24 +73,26 @@ fn walk_segments(
     if dne[0] == 0 {
         return Ok(());
     }
-    // Destination counters of the first element of the first row.
-    let first = rows.start * sne[0];
+    // Destination position of the first element of the first row: element
+    // `d0` of destination row `first_row`; later rows are counted.
+    let first = range.start * sne[0];
     let mut d0 = first % dne[0];
-    let mut drow = first / dne[0];
-    for ir in rows {
-        let (i1, i2, i3) = unravel_row(ir, &sne);
+    let first_row = first / dne[0];
+    let d_rows = dne[1] * dne[2] * dne[3];
+    let mut drows = rows(first_row.min(d_rows)..d_rows, &dne);
+    let mut cur = drows.next();
+    for (i1, i2, i3) in rows(range, &sne) {
         // SAFETY: in-range source row.
         let srow = unsafe { src.row(i1, i2, i3) };
         let mut j = 0;
         while j < sne[0] {
-            let n = (sne[0] - j).min(dne[0] - d0);
-            let (o1, o2, o3) = unravel_row(drow, &dne);
-            if o3 >= dne[3] {
+            let Some((o1, o2, o3)) = cur else {
                 return Err(Error::device(
                     "CPU",
                     "copy: element counts of source and destination differ",
                 ));
-            }
+            };
+            let n = (sne[0] - j).min(dne[0] - d0);
             // SAFETY: `j < ne0` and `(d0, o1, o2, o3)` is in range.
             let (s, d) = unsafe { (srow.add(j * src.nb(0)), dst.at(d0, o1, o2, o3)) };
             f(s, src.nb(0), d, dst.nb(0), n);
@@ -99,7 +100,7 @@ fn walk_segments(
             d0 += n;
             if d0 == dne[0] {
                 d0 = 0;
-                drow += 1;
+                cur = drows.next();
             }
         }
     }
@@ -156,9 +157,8 @@ fn copy_quantized_rows(ctx: &NodeCtx, src: &TensorRef) -> Result<()> {
         return Ok(());
     }
     let (s_bytes, d_bytes) = (st.row_size(ne0)?, dt.row_size(ne0)?);
-    for ir in ctx.split(nrows) {
-        let (i1, i2, i3) = unravel_row(ir, &sne);
-        let (o1, o2, o3) = unravel_row(ir, &dne);
+    let range = ctx.split(nrows);
+    for ((i1, i2, i3), (o1, o2, o3)) in rows(range.clone(), &sne).zip(rows(range, &dne)) {
         // SAFETY: in-range rows; `support` checked both have contiguous rows,
         // so each row is `row_size` bytes inside the tensor; `dst` does not
         // overlap `src`; pointers are aligned for their element types.

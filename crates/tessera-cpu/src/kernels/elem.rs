@@ -2,7 +2,7 @@
 //!
 //! Kernels compute in f32 whatever the storage type is (as ggml does), so the
 //! float storage types share one small trait, [`Float`], and each kernel is a
-//! generic function monomorphised per type combination by [`with_float!`].
+//! generic function monomorphised per type combination by `with_float!`.
 //! Narrowing uses `tessera::quant`'s ggml-exact conversions: F16 rounds to
 //! nearest even with NaNs made the canonical `0x7E00` (ggml's
 //! `GGML_FP32_TO_FP16`), BF16 is `ggml_compute_fp32_to_bf16`.
@@ -109,7 +109,11 @@ pub fn unravel_row(ir: usize, ne: &[usize; 4]) -> (usize, usize, usize) {
 /// division; the others by counting, which matters for small rows.
 #[inline]
 pub fn rows(range: std::ops::Range<usize>, ne: &[usize; 4]) -> Rows {
-    let start = if range.start == 0 || range.is_empty() { (0, 0, 0) } else { unravel_row(range.start, ne) };
+    let start = if range.start == 0 || range.is_empty() {
+        (0, 0, 0)
+    } else {
+        unravel_row(range.start, ne)
+    };
     Rows {
         i: [start.0, start.1, start.2],
         n: [ne[1], ne[2]],
@@ -209,7 +213,11 @@ mod tests {
             x ^= x >> 17;
             x ^= x << 5;
             let f = f32::from_bits(x);
-            assert_eq!(<bf16 as Float>::from_f32(f).to_bits(), ggml_bf16(f), "bits {x:#x}");
+            assert_eq!(
+                <bf16 as Float>::from_f32(f).to_bits(),
+                ggml_bf16(f),
+                "bits {x:#x}"
+            );
             // half's own rounding agrees too, NaNs included.
             assert_eq!(bf16::from_f32(f).to_bits(), ggml_bf16(f), "bits {x:#x}");
         }
@@ -224,7 +232,10 @@ mod tests {
             assert_eq!(<bf16 as Float>::from_f32(f).to_bits(), ggml_bf16(f));
         }
         // ggml makes every f16 NaN the canonical quiet NaN, keeping the sign.
-        assert_eq!(<f16 as Float>::from_f32(f32::from_bits(0xffc0_0001)).to_bits(), 0xfe00);
+        assert_eq!(
+            <f16 as Float>::from_f32(f32::from_bits(0xffc0_0001)).to_bits(),
+            0xfe00
+        );
         assert_eq!(<f16 as Float>::from_f32(65520.0).to_bits(), 0x7c00);
     }
 

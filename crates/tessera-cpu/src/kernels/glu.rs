@@ -8,7 +8,7 @@
 
 use tessera::{Error, GluOp, Op, Result};
 
-use super::elem::{Float, load, store, rows, with_float};
+use super::elem::{Float, load, rows, store, with_float};
 use super::{NodeCtx, TensorRef, math};
 
 /// Compute this thread's share of a GLU node.

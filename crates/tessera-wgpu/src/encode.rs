@@ -1,0 +1,494 @@
+//! Encoding a graph range: every op node becomes one kernel dispatch, all of
+//! them recorded into one command buffer and submitted once.
+//!
+//! For each node: check it against [`support::supports_op`] (the same oracle
+//! the scheduler asked), resolve every operand to a wgpu buffer of this
+//! device and a byte offset (an operand elsewhere is an
+//! [`Error::Unsupported`] naming it), pick the kernel variant for the
+//! operand types, fill its parameter block and record the dispatch. The
+//! kernels read their operands through byte strides, so views, permutations
+//! and broadcasts need no copies.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tessera::{
+    AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, RopeMode, TensorId,
+};
+
+use crate::batch::{Batch, WG};
+use crate::buffer::WgpuBuffer;
+use crate::device::Core;
+use crate::params::Params;
+use crate::pipelines::KernelKey;
+use crate::support::{self, elem_align};
+use crate::wgsl::Binding;
+
+/// A kernel body that may quantize into its destination, with the quantizer
+/// of each destination type (a kernel compiles only the one it uses).
+macro_rules! with_store {
+    ($name:ident, $file:literal) => {
+        const $name: [&str; 5] = [
+    with_store!(@ "store_none.wgsl", $file),
+    with_store!(@ "store_q8_0.wgsl", $file),
+    with_store!(@ "store_q4_0.wgsl", $file),
+    with_store!(@ "store_q4_k.wgsl", $file),
+    with_store!(@ "store_q6_k.wgsl", $file),
+        ];
+    };
+    (@ $store:literal, $file:literal) => {
+        concat!(
+            include_str!("shaders/quant_buf.wgsl"),
+            include_str!(concat!("shaders/", $store)),
+            include_str!(concat!("shaders/", $file))
+        )
+    };
+}
+
+with_store!(COPY, "copy.wgsl");
+with_store!(INDEX, "index.wgsl");
+
+/// The variant of a `with_store!` body for destination type `dtype`.
+fn for_dst(bodies: &[&'static str; 5], dtype: DType) -> &'static str {
+    match dtype {
+        DType::Q8_0 => bodies[1],
+        DType::Q4_0 => bodies[2],
+        DType::Q4K => bodies[3],
+        DType::Q6K => bodies[4],
+        _ => bodies[0],
+    }
+}
+
+const BINARY: &str = include_str!("shaders/binary.wgsl");
+const UNARY: &str = include_str!("shaders/unary.wgsl");
+const GLU: &str = include_str!("shaders/glu.wgsl");
+const ROWS: &str = include_str!("shaders/rows.wgsl");
+const ROPE: &str = include_str!("shaders/rope.wgsl");
+const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+
+const SRC_NAMES: [&str; 4] = ["s0", "s1", "s2", "s3"];
+
+/// A tensor resolved to device memory.
+#[derive(Clone, Debug)]
+struct Operand {
+    layout: Layout,
+    buffer: wgpu::Buffer,
+    offset: usize,
+}
+
+/// Record the op nodes of `range` into one submission; returns its index
+/// (`None` when nothing needed computing).
+pub(crate) fn compute(
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    range: std::ops::Range<usize>,
+    abort: Option<&AbortCallback>,
+) -> Result<Option<wgpu::SubmissionIndex>> {
+    let end = range.end.min(graph.len());
+    let start = range.start.min(end);
+    let ids = || (start..end).map(|i| TensorId::from_index(i as u32));
+    for id in ids() {
+        let node = &graph[id];
+        if !node.is_leaf() && !node.op.is_view() && !support::supports_op(graph, id) {
+            return Err(Error::unsupported(&core.name, support::describe(graph, id)));
+        }
+    }
+    placement.check_complete(graph, start..end)?;
+    let mut batch = Batch::new(core);
+    for id in ids() {
+        let node = &graph[id];
+        if node.is_leaf() || node.op.is_view() {
+            continue;
+        }
+        encode_node(&mut batch, core, graph, placement, id).map_err(|e| annotate(e, graph, id))?;
+    }
+    if let Some(cb) = abort {
+        match catch_unwind(AssertUnwindSafe(|| cb())) {
+            Ok(false) => {}
+            Ok(true) => return Err(Error::Aborted),
+            Err(_) => return Err(Error::device(&core.name, "the abort callback panicked")),
+        }
+    }
+    batch.submit("computing a graph")
+}
+
+fn annotate(e: Error, graph: &Graph, id: TensorId) -> Error {
+    match e {
+        Error::Device { device, message } => Error::Device {
+            device,
+            message: format!("{message} (node {})", support::describe(graph, id)),
+        },
+        other => other,
+    }
+}
+
+fn operand(
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    id: TensorId,
+) -> Result<Option<Operand>> {
+    let node = graph.node(id)?;
+    let layout = node.layout;
+    let place = placement.get(id).ok_or_else(|| Error::Unallocated {
+        tensor: node.name.clone(),
+        id: id.index(),
+    })?;
+    let buf = place
+        .buffer
+        .as_any()
+        .downcast_ref::<WgpuBuffer>()
+        .filter(|b| Arc::ptr_eq(b.core(), core))
+        .ok_or_else(|| {
+            Error::unsupported(
+                &core.name,
+                format!(
+                    "tensor {} in buffer '{}' (its kernels read only {}'s own buffers)",
+                    node.label(id),
+                    place.buffer.name(),
+                    core.name
+                ),
+            )
+        })?;
+    let bytes = layout.checked_nbytes()?;
+    let raw = buf.range(place.offset, bytes)?;
+    if place.offset % elem_align(layout.dtype) != 0 {
+        return Err(Error::InvalidLayout(format!(
+            "tensor {} ({layout}) at byte offset {} is not aligned to {} bytes",
+            node.label(id),
+            place.offset,
+            elem_align(layout.dtype)
+        )));
+    }
+    Ok(raw.map(|b| Operand {
+        layout,
+        buffer: b.clone(),
+        offset: place.offset,
+    }))
+}
+
+/// A dispatch being assembled: bindings, buffers and parameter block.
+struct Call {
+    bindings: Vec<Binding>,
+    buffers: Vec<wgpu::Buffer>,
+    params: Params,
+}
+
+impl Call {
+    /// `dst` written (an output binding) and `srcs` read, in order; a missing
+    /// source binds the destination's buffer as an unused placeholder.
+    fn new(dst: &Operand, srcs: &[Option<&Operand>]) -> Result<Self> {
+        let mut bindings = vec![Binding::output("d", dst.layout.dtype)];
+        let mut buffers = vec![dst.buffer.clone()];
+        let mut layouts = Vec::new();
+        for (i, s) in srcs.iter().enumerate() {
+            let (dtype, buffer, layout, offset) = match s {
+                Some(o) => (o.layout.dtype, o.buffer.clone(), o.layout, o.offset),
+                None => (DType::F32, dst.buffer.clone(), dst.layout, 0),
+            };
+            bindings.push(Binding::plain(SRC_NAMES[i], dtype));
+            buffers.push(buffer);
+            layouts.push((layout, offset));
+        }
+        let refs: Vec<(&Layout, usize)> = layouts.iter().map(|(l, o)| (l, *o)).collect();
+        let params = Params::new((&dst.layout, dst.offset), &refs)?;
+        Ok(Call {
+            bindings,
+            buffers,
+            params,
+        })
+    }
+
+    /// Record it: `items` work items of an element kernel (256 per group).
+    fn items(
+        self,
+        batch: &mut Batch<'_>,
+        core: &Core,
+        name: &'static str,
+        body: &'static str,
+        items: usize,
+    ) -> Result<()> {
+        let mut params = self.params.items(items)?;
+        params.off2[2] = 0;
+        self.record(batch, core, name, body, params, items.div_ceil(WG))
+    }
+
+    /// Record it with `groups` workgroups.
+    fn record(
+        self,
+        batch: &mut Batch<'_>,
+        core: &Core,
+        name: &'static str,
+        body: &'static str,
+        params: Params,
+        groups: usize,
+    ) -> Result<()> {
+        let key = KernelKey {
+            name,
+            body,
+            bindings: self.bindings,
+        };
+        let kernel = core.pipelines.kernel(&core.device, &core.errors, &key)?;
+        batch.dispatch(kernel, self.buffers, params, groups)
+    }
+}
+
+/// `layout` counted in blocks along dimension 0 (block stride `nb0`).
+fn in_blocks(l: &Layout, nb0: usize) -> Layout {
+    let mut b = *l;
+    b.ne[0] /= l.dtype.block_size().max(1);
+    b.nb[0] = nb0;
+    b
+}
+
+fn unary_code(op: tessera::UnaryOp) -> u32 {
+    tessera::UnaryOp::ALL
+        .iter()
+        .position(|&u| u == op)
+        .unwrap_or(0) as u32
+}
+
+fn encode_node(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    id: TensorId,
+) -> Result<()> {
+    let node = &graph[id];
+    let Some(dst) = operand(core, graph, placement, id)? else {
+        return Ok(());
+    };
+    let mut srcs: Vec<Option<Operand>> = Vec::new();
+    for s in node.srcs.iter().take(4) {
+        srcs.push(match s {
+            Some(s) => operand(core, graph, placement, *s)?,
+            None => None,
+        });
+    }
+    let src = |i: usize| srcs.get(i).and_then(Option::as_ref);
+    let missing = || Error::op(node.op.name(), "an operand is empty or missing");
+    let d = dst.layout;
+    let n = d.checked_nelements()?;
+    match node.op {
+        Op::Dup | Op::Cont | Op::Cpy => {
+            let a = src(0).ok_or_else(missing)?;
+            let (s, t) = (a.layout.dtype, d.dtype);
+            let mut call = Call::new(&dst, &[Some(a)])?;
+            if s.is_quantized() && s == t {
+                let ts = s.type_size();
+                let p = Params::new(
+                    (&in_blocks(&d, ts), dst.offset),
+                    &[(&in_blocks(&a.layout, ts), a.offset)],
+                )?;
+                call.params = p;
+                call.params.iu[0] = 3;
+                call.items(batch, core, "copy", COPY[0], n / s.block_size())
+            } else if s.is_quantized() {
+                call.params.iu = [2, s.block_size() as u32, 0, 0];
+                call.items(batch, core, "copy", COPY[0], n)
+            } else if t.is_quantized() {
+                let bs = t.block_size();
+                let src_blocks = in_blocks(
+                    &Layout {
+                        dtype: t,
+                        ..a.layout
+                    },
+                    a.layout.nb[0] * bs,
+                );
+                let p = Params::new(
+                    (&in_blocks(&d, t.type_size()), dst.offset),
+                    &[(&src_blocks, a.offset)],
+                )?;
+                call.params = p;
+                call.params.iu = [4, bs as u32, a.layout.nb[0] as u32, 0];
+                call.items(batch, core, "quantize", for_dst(&COPY, d.dtype), n / bs)
+            } else {
+                call.params.iu[0] = if s == t { 1 } else { 0 };
+                call.items(batch, core, "copy", COPY[0], n)
+            }
+        }
+        Op::GetRows => {
+            let a = src(0).ok_or_else(missing)?;
+            let ids = src(1).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(ids)])?;
+            call.params.iu = [0, 0, a.layout.dtype.block_size() as u32, 0];
+            call.items(batch, core, "index", INDEX[0], n)
+        }
+        Op::SetRows => {
+            let rows = src(1).ok_or_else(missing)?;
+            let ids = src(2).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(rows), Some(ids)])?;
+            let nr = rows.layout.checked_nelements()?;
+            if d.dtype.is_quantized() {
+                let bs = d.dtype.block_size();
+                let blocks = in_blocks(
+                    &Layout {
+                        dtype: d.dtype,
+                        ..rows.layout
+                    },
+                    rows.layout.nb[0] * bs,
+                );
+                let p = Params::new(
+                    (&d, dst.offset),
+                    &[(&blocks, rows.offset), (&ids.layout, ids.offset)],
+                )?;
+                call.params = p;
+                call.params.iu = [2, 0, bs as u32, 0];
+                call.items(
+                    batch,
+                    core,
+                    "set_rows_quantize",
+                    for_dst(&INDEX, d.dtype),
+                    nr / bs,
+                )
+            } else {
+                call.params.iu[0] = 1;
+                call.items(batch, core, "index", INDEX[0], nr)
+            }
+        }
+        Op::Concat { dim } => {
+            let mut call = Call::new(&dst, &[src(0), src(1)])?;
+            if src(0).is_none() {
+                // An empty first operand: every element comes from b.
+                call.params.src[0][0] = [0; 4];
+            }
+            call.params.iu = [3, u32::from(dim), 0, 0];
+            call.items(batch, core, "index", INDEX[0], n)
+        }
+        Op::Add | Op::Mul | Op::Div => {
+            let a = src(0).ok_or_else(missing)?;
+            let b = src(1).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(b)])?;
+            call.params.iu[0] = match node.op {
+                Op::Add => 0,
+                Op::Mul => 1,
+                _ => 2,
+            };
+            call.items(batch, core, "binary", BINARY, n)
+        }
+        Op::Scale { scale, bias } => {
+            let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?)])?;
+            call.params.iu[0] = 7;
+            call.params.fp = [scale, bias, 0.0, 0.0];
+            call.items(batch, core, "unary", UNARY, n)
+        }
+        Op::Unary(f) => {
+            let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?)])?;
+            call.params.iu[0] = unary_code(f);
+            call.items(batch, core, "unary", UNARY, n)
+        }
+        Op::Glu { op, swapped } => {
+            let a = src(0).ok_or_else(missing)?;
+            let split = node.src(1).is_some();
+            let g = if split {
+                Some(src(1).ok_or_else(missing)?)
+            } else {
+                Some(a)
+            };
+            let mut call = Call::new(&dst, &[Some(a), g])?;
+            call.params.iu = [
+                unary_code(op.activation()),
+                u32::from(split),
+                u32::from(swapped),
+                0,
+            ];
+            call.items(batch, core, "glu", GLU, n)
+        }
+        Op::RmsNorm { eps } | Op::Norm { eps } => {
+            let a = src(0).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), None])?;
+            call.params.iu[0] = if matches!(node.op, Op::RmsNorm { .. }) {
+                0
+            } else {
+                1
+            };
+            call.params.fp[0] = eps;
+            rows(batch, core, call, &a.layout)
+        }
+        Op::SumRows | Op::Argmax => {
+            let a = src(0).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), None])?;
+            call.params.iu[0] = if node.op == Op::SumRows { 2 } else { 4 };
+            rows(batch, core, call, &a.layout)
+        }
+        Op::SoftMax { scale, max_bias } => {
+            let a = src(0).ok_or_else(missing)?;
+            let mask = src(1);
+            let mut call = Call::new(&dst, &[Some(a), mask])?;
+            call.params.iu = [3, u32::from(mask.is_some()), 0, 0];
+            call.params.fp = [scale, max_bias, 0.0, 0.0];
+            rows(batch, core, call, &a.layout)
+        }
+        Op::Rope(p) => {
+            let a = src(0).ok_or_else(missing)?;
+            let pos = src(1).ok_or_else(missing)?;
+            let ff = src(2);
+            let mut call = Call::new(&dst, &[Some(a), Some(pos), ff])?;
+            let mode = match p.mode {
+                RopeMode::Normal => 0,
+                RopeMode::Neox => 2,
+            };
+            call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), 0];
+            let theta_scale = f64::from(p.freq_base).powf(-2.0 / p.n_dims as f64);
+            let corr = yarn_corr_dims(&p);
+            let mscale_ext =
+                f64::from(p.attn_factor) * (1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln());
+            call.params.fp = [
+                theta_scale as f32,
+                p.freq_scale,
+                p.ext_factor,
+                p.attn_factor,
+            ];
+            call.params.fp2 = [corr[0] as f32, corr[1] as f32, mscale_ext as f32, 0.0];
+            let per_row = p.n_dims / 2 + (a.layout.ne[0] - p.n_dims);
+            let items = per_row
+                .checked_mul(a.layout.nrows())
+                .ok_or_else(|| Error::Overflow("ROPE work items".into()))?;
+            call.items(batch, core, "rope", ROPE, items)
+        }
+        Op::MulMat => {
+            let a = src(0).ok_or_else(missing)?;
+            let b = src(1).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(b)])?;
+            call.params.iu[0] = a.layout.dtype.block_size() as u32;
+            call.items(batch, core, "mul_mat", MATMUL, n)
+        }
+        Op::FlashAttnExt {
+            scale,
+            max_bias,
+            logit_softcap,
+        } => {
+            let q = src(0).ok_or_else(missing)?;
+            let k = src(1).ok_or_else(missing)?;
+            let v = src(2).ok_or_else(missing)?;
+            let mask = src(3);
+            let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask])?;
+            call.params.iu[0] = u32::from(mask.is_some());
+            call.params.fp = [scale, max_bias, logit_softcap, 0.0];
+            let groups = q.layout.nrows();
+            let params = call.params;
+            call.record(batch, core, "flash_attn_ext", ATTENTION, params, groups)
+        }
+        _ => Err(Error::unsupported(&core.name, support::describe(graph, id))),
+    }
+}
+
+/// Record a one-workgroup-per-row kernel over the rows of `a`.
+fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
+    let params = call.params;
+    call.record(batch, core, "rows", ROWS, params, a.nrows())
+}
+
+/// YaRN correction dimensions, as ggml's `ggml_rope_yarn_corr_dims` (in f64).
+fn yarn_corr_dims(p: &tessera::RopeParams) -> [f64; 2] {
+    let corr = |n_rot: f32| {
+        let (nd, nc, base) = (p.n_dims as f64, p.n_ctx_orig as f64, f64::from(p.freq_base));
+        nd * (nc / (f64::from(n_rot) * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let start = corr(p.beta_fast).floor().max(0.0);
+    let end = corr(p.beta_slow).ceil().min(p.n_dims as f64 - 1.0);
+    [start, end]
+}

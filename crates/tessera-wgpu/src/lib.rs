@@ -1,0 +1,52 @@
+//! Tessera's GPU device on [`wgpu`]: Vulkan, Metal and DX12 (never GL), with
+//! WGSL compute kernels for every op of the conformance harness.
+//!
+//! - [`WgpuFamily`] enumerates adapters, [`register`] adds it to
+//!   [`tessera::Registry::global`] and [`family`] is the process-wide one;
+//! - [`WgpuDevice`]: one logical device (props, buffer types,
+//!   `supports_op`), [`WgpuBufferType`] / [`WgpuBuffer`] its device memory;
+//! - [`WgpuStream`]: async transfers and graph compute on the device queue,
+//!   [`WgpuEvent`]: queue submission indices;
+//! - private: `errors` (every wgpu error becomes a [`tessera::Error`]),
+//!   `staging` (byte-exact transfers), `batch`, `pipelines` (cached kernels),
+//!   `wgsl` (typed accessors), `params`, `encode` (node to kernel) and
+//!   `shaders/*.wgsl`;
+//! - [`support`]: the exact `supports_op` oracle.
+//!
+//! See the crate's README for what runs and how it is tested.
+
+pub mod adapter;
+mod batch;
+pub mod buffer;
+pub mod device;
+mod encode;
+mod errors;
+pub mod event;
+pub mod family;
+mod params;
+mod pipelines;
+mod staging;
+pub mod stream;
+pub mod support;
+mod wgsl;
+
+use std::sync::{Arc, OnceLock};
+
+pub use adapter::AdapterSummary;
+pub use buffer::{WgpuBuffer, WgpuBufferType};
+pub use device::{DeviceOptions, WgpuDevice};
+pub use event::WgpuEvent;
+pub use family::WgpuFamily;
+pub use stream::WgpuStream;
+
+/// The process-wide family (adapters enumerated on first call).
+pub fn family() -> Arc<WgpuFamily> {
+    static FAMILY: OnceLock<Arc<WgpuFamily>> = OnceLock::new();
+    FAMILY.get_or_init(|| Arc::new(WgpuFamily::new())).clone()
+}
+
+/// Add the process-wide [`family`] to [`tessera::Registry::global`].
+/// Calling it again does nothing.
+pub fn register() {
+    tessera::Registry::global().register(family());
+}

@@ -1,0 +1,209 @@
+// common.wgsl: helpers every kernel shares (prepended to each shader).
+//
+// Why it exists: storage buffers are arrays of u32, so F16/BF16 values and
+// quantized blocks are decoded and encoded here with integer arithmetic, the
+// same way on every adapter (no dependency on SHADER_F16, exact rounding to
+// nearest even, subnormals preserved), matching the host reference bit for bit.
+
+const T_F32: u32 = 0u;
+const T_F16: u32 = 1u;
+const T_Q4_0: u32 = 2u;
+const T_Q8_0: u32 = 8u;
+const T_Q4_K: u32 = 12u;
+const T_Q6_K: u32 = 14u;
+const T_I32: u32 = 26u;
+const T_I64: u32 = 27u;
+const T_BF16: u32 = 30u;
+
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+struct Params {
+    ne_d: vec4<u32>,
+    nb_d: vec4<u32>,
+    ne_0: vec4<u32>,
+    nb_0: vec4<u32>,
+    ne_1: vec4<u32>,
+    nb_1: vec4<u32>,
+    ne_2: vec4<u32>,
+    nb_2: vec4<u32>,
+    ne_3: vec4<u32>,
+    nb_3: vec4<u32>,
+    // Byte offsets of dst, src0, src1, src2 inside their bindings.
+    off: vec4<u32>,
+    // x: byte offset of src3; y: number of work items; z: always 0 (see nofma); w: kernel int.
+    off2: vec4<u32>,
+    iu: vec4<u32>,
+    iu2: vec4<u32>,
+    fp: vec4<f32>,
+    fp2: vec4<f32>,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+
+// The value of `x`, rounded on its own: the XOR with a run-time zero keeps the
+// compiler from fusing a following add into an FMA, so results that must be
+// bitwise equal to the host's (dequantization) round like the host.
+fn nofma(x: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(x) ^ P.off2.z);
+}
+
+fn f16_to_f32(h: u32) -> f32 {
+    let s = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        // Zero or subnormal: m * 2^-24, exact in f32.
+        return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-8));
+    }
+    if (e == 31u) {
+        return bitcast<f32>(s | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// f32 to f16 bits, rounding to nearest even (as the `half` crate and F16C do).
+fn f32_to_f16(x: f32) -> u32 {
+    let u = bitcast<u32>(x);
+    let s = (u >> 16u) & 0x8000u;
+    let a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) {
+        let m = a & 0x7fffffu;
+        return s | 0x7c00u | select(0u, 0x200u, m != 0u) | (m >> 13u);
+    }
+    if (a >= 0x477ff000u) {
+        return s | 0x7c00u;
+    }
+    if (a >= 0x38800000u) {
+        let r = a - 0x38000000u;
+        return s | ((r + 0xfffu + ((r >> 13u) & 1u)) >> 13u);
+    }
+    if (a < 0x33000000u) {
+        return s;
+    }
+    let e = a >> 23u;
+    let m = (a & 0x7fffffu) | 0x800000u;
+    let sh = 126u - e;
+    let q = m >> sh;
+    let rem = m & ((1u << sh) - 1u);
+    let half = 1u << (sh - 1u);
+    let up = rem > half || (rem == half && (q & 1u) == 1u);
+    return s | (q + select(0u, 1u, up));
+}
+
+fn bf16_to_f32(h: u32) -> f32 {
+    return bitcast<f32>(h << 16u);
+}
+
+// f32 to bf16 bits, rounding to nearest even; NaNs stay quiet NaNs (ggml).
+fn f32_to_bf16(x: f32) -> u32 {
+    let u = bitcast<u32>(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return ((u >> 16u) | 64u) & 0xffffu;
+    }
+    return ((u + 0x7fffu + ((u >> 16u) & 1u)) >> 16u) & 0xffffu;
+}
+
+fn sext8(b: u32) -> i32 {
+    return bitcast<i32>(b << 24u) >> 24u;
+}
+
+fn is_neg_inf(x: f32) -> bool {
+    return bitcast<u32>(x) == NEG_INF_BITS;
+}
+
+fn neg_inf() -> f32 {
+    return bitcast<f32>(NEG_INF_BITS);
+}
+
+// C's roundf: halves away from zero (WGSL's round() ties to even).
+fn round_away(x: f32) -> f32 {
+    return sign(x) * floor(abs(x) + 0.5);
+}
+
+// The 4-D index of linear item `t` in extents `ne` (dimension 0 fastest).
+fn unravel(t: u32, ne: vec4<u32>) -> vec4<u32> {
+    let i0 = t % ne.x;
+    let r0 = t / ne.x;
+    let i1 = r0 % ne.y;
+    let r1 = r0 / ne.y;
+    let i2 = r1 % ne.z;
+    let i3 = r1 / ne.z;
+    return vec4<u32>(i0, i1, i2, i3);
+}
+
+fn offset_of(i: vec4<u32>, nb: vec4<u32>) -> u32 {
+    return i.x * nb.x + i.y * nb.y + i.z * nb.z + i.w * nb.w;
+}
+
+// Linear work-item index of an element kernel dispatched as a 2-D grid of
+// 256-wide workgroups.
+fn item_index(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * 256u + lid.x;
+}
+
+// Index of the workgroup in a 2-D grid (one workgroup per row kernels).
+fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
+fn alibi_slope(max_bias: f32, n_head: u32, h: u32) -> f32 {
+    if (max_bias <= 0.0) {
+        return 1.0;
+    }
+    let n_log2 = 1u << firstLeadingBit(n_head);
+    let l2 = f32(n_log2);
+    if (h < n_log2) {
+        return pow(exp2(-max_bias / l2), f32(h + 1u));
+    }
+    return pow(exp2(-(max_bias / 2.0) / l2), f32(2u * (h - n_log2) + 1u));
+}
+
+// erf(x) = 1 - erfc(|x|) with sign, erfc from Numerical Recipes' Chebyshev
+// fit (fractional error < 1.2e-7 everywhere): ample for GELU_ERF, where erf
+// is added to 1.
+fn erf_f32(x: f32) -> f32 {
+    let ax = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * ax);
+    let y = t * exp(-ax * ax - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+        + t * (-0.82215223 + t * 0.17087277)))))))));
+    return sign(x) * (1.0 - y);
+}
+
+fn act_silu(x: f32) -> f32 {
+    return x / (1.0 + exp(-x));
+}
+
+fn act_gelu(x: f32) -> f32 {
+    let z = 0.7978845608028654 * x * (1.0 + 0.044715 * x * x);
+    // tanh written with exp of a non-positive argument: no overflow for large |z|.
+    let e = exp(-2.0 * abs(z));
+    let th = sign(z) * (1.0 - e) / (1.0 + e);
+    return 0.5 * x * (1.0 + th);
+}
+
+fn act_gelu_erf(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + erf_f32(x * 0.7071067811865476));
+}
+
+fn act_sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+fn act_tanh(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
+
+// Unary function `f` (UnaryOp order: silu, gelu, gelu_erf, sigmoid, relu, tanh, exp).
+fn unary_fn(f: u32, x: f32) -> f32 {
+    switch f {
+        case 0u: { return act_silu(x); }
+        case 1u: { return act_gelu(x); }
+        case 2u: { return act_gelu_erf(x); }
+        case 3u: { return act_sigmoid(x); }
+        case 4u: { return select(0.0, x, x > 0.0); }
+        case 5u: { return act_tanh(x); }
+        default: { return exp(x); }
+    }
+}

@@ -1,0 +1,67 @@
+// rope.wgsl: rotary position embedding. One item per rotated pair or
+// passed-through element of a row: iu.x = n_dims, iu.y = mode (0 normal,
+// 2 NeoX), iu.z = 1 with frequency factors in src2. fp: theta_scale,
+// freq_scale, ext_factor, attn_factor; fp2: YaRN corr dims [low, high] and
+// the magnitude scale used when ext_factor != 0. Positions: src1 (I32).
+
+const TWO_PI_HI: f32 = 6.28318548202514648;
+const TWO_PI_LO: f32 = -1.7484556000744487e-7;
+const INV_TWO_PI: f32 = 0.15915494309189535;
+
+// x reduced to [-pi, pi] (WGSL leaves sin/cos accuracy open outside it).
+fn reduce_angle(x: f32) -> f32 {
+    let k = round(x * INV_TWO_PI);
+    return (x - k * TWO_PI_HI) - k * TWO_PI_LO;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let t = item_index(wid, nwg, lid);
+    if (t >= P.off2.y) {
+        return;
+    }
+    let n_dims = P.iu.x;
+    let half_dims = n_dims / 2u;
+    let per_row = half_dims + (P.ne_0.x - n_dims);
+    let slot = t % per_row;
+    let row = t / per_row;
+    let i1 = row % P.ne_0.y;
+    let i2 = (row / P.ne_0.y) % P.ne_0.z;
+    let i3 = row / (P.ne_0.y * P.ne_0.z);
+    let src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
+    let dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
+    if (slot >= half_dims) {
+        let i0 = n_dims + (slot - half_dims);
+        d_st(dst + i0 * P.nb_d.x, s0_ld(src + i0 * P.nb_0.x));
+        return;
+    }
+    let k = slot;
+    var j0 = 2u * k;
+    var j1 = 2u * k + 1u;
+    if (P.iu.y == 2u) {
+        j0 = k;
+        j1 = k + half_dims;
+    }
+    let pos = f32(s1_ldi(P.off.z + i2 * P.nb_1.x));
+    var theta_extrap = pos * pow(P.fp.x, f32(k));
+    if (P.iu.z == 1u) {
+        theta_extrap = theta_extrap / s2_ld(P.off.w + k * P.nb_2.x);
+    }
+    let theta_interp = P.fp.y * theta_extrap;
+    var theta = theta_interp;
+    var mscale = P.fp.w;
+    if (P.fp.z != 0.0) {
+        let y = (f32(k) - P.fp2.x) / max(0.001, P.fp2.y - P.fp2.x);
+        let mix = (1.0 - clamp(y, 0.0, 1.0)) * P.fp.z;
+        theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
+        mscale = P.fp2.z;
+    }
+    let a = reduce_angle(theta);
+    let c = cos(a) * mscale;
+    let s = sin(a) * mscale;
+    let x0 = s0_ld(src + j0 * P.nb_0.x);
+    let x1 = s0_ld(src + j1 * P.nb_0.x);
+    d_st(dst + j0 * P.nb_d.x, x0 * c - x1 * s);
+    d_st(dst + j1 * P.nb_d.x, x0 * s + x1 * c);
+}

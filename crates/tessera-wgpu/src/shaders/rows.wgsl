@@ -1,0 +1,157 @@
+// rows.wgsl: one workgroup per row of src0. iu.x: 0 RMS_NORM, 1 NORM,
+// 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
+// iu.y = 1), 4 ARGMAX (ties: the last index, as ggml).
+
+var<workgroup> red: array<f32, 256>;
+var<workgroup> redi: array<u32, 256>;
+
+fn reduce_sum(l: u32, v: f32) -> f32 {
+    red[l] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (l < s) {
+            red[l] = red[l] + red[l + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_max(l: u32, v: f32) -> f32 {
+    red[l] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (l < s) {
+            red[l] = max(red[l], red[l + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+// The softmax logit of element i0 of the row (-inf where the mask is -inf).
+fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
+    let x = s0_ld(x_row + i0 * P.nb_0.x) * P.fp.x;
+    if (P.iu.y == 0u) {
+        return x;
+    }
+    let m = s1_ld(m_row + i0 * P.nb_1.x);
+    if (is_neg_inf(m)) {
+        return neg_inf();
+    }
+    return x + slope * m;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lidv: vec3<u32>) {
+    let row = group_index(wid, nwg);
+    let nrows = P.ne_0.y * P.ne_0.z * P.ne_0.w;
+    if (row >= nrows) {
+        return;
+    }
+    let l = lidv.x;
+    let i1 = row % P.ne_0.y;
+    let i2 = (row / P.ne_0.y) % P.ne_0.z;
+    let i3 = row / (P.ne_0.y * P.ne_0.z);
+    let n = P.ne_0.x;
+    let x_row = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
+    let d_row = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
+    let mode = P.iu.x;
+    if (mode == 4u) {
+        var best = neg_inf();
+        var idx = 0u;
+        var seen = false;
+        for (var i = l; i < n; i = i + 256u) {
+            let x = s0_ld(x_row + i * P.nb_0.x);
+            if (!seen || x >= best) {
+                best = x;
+                idx = i;
+                seen = true;
+            }
+        }
+        red[l] = select(neg_inf(), best, seen);
+        redi[l] = select(0u, idx, seen);
+        workgroupBarrier();
+        for (var s = 128u; s > 0u; s = s >> 1u) {
+            if (l < s) {
+                let a = red[l];
+                let b = red[l + s];
+                if (b > a || (b == a && redi[l + s] > redi[l])) {
+                    red[l] = b;
+                    redi[l] = redi[l + s];
+                }
+            }
+            workgroupBarrier();
+        }
+        if (l == 0u) {
+            // The result is a vector: row i1's index is element i1.
+            d_sti(P.off.x + i1 * P.nb_d.x, i32(redi[0]));
+        }
+        return;
+    }
+    if (mode == 3u) {
+        let slope = alibi_slope(P.fp.y, P.ne_0.z, i2);
+        let m_row = P.off.z + i1 * P.nb_1.y + (i2 % P.ne_1.z) * P.nb_1.z + (i3 % P.ne_1.w) * P.nb_1.w;
+        var mx = neg_inf();
+        for (var i = l; i < n; i = i + 256u) {
+            let w = logit(x_row, m_row, i, slope);
+            if (!is_neg_inf(w)) {
+                mx = max(mx, w);
+            }
+        }
+        mx = reduce_max(l, mx);
+        var sum = 0.0;
+        for (var i = l; i < n; i = i + 256u) {
+            let w = logit(x_row, m_row, i, slope);
+            if (!is_neg_inf(w)) {
+                sum = sum + exp(w - mx);
+            }
+        }
+        sum = reduce_sum(l, sum);
+        let inv = 1.0 / sum;
+        for (var i = l; i < n; i = i + 256u) {
+            let w = logit(x_row, m_row, i, slope);
+            var y = 0.0;
+            if (!is_neg_inf(w)) {
+                y = exp(w - mx) * inv;
+            }
+            d_st(d_row + i * P.nb_d.x, y);
+        }
+        return;
+    }
+    var s = 0.0;
+    for (var i = l; i < n; i = i + 256u) {
+        let x = s0_ld(x_row + i * P.nb_0.x);
+        s = s + select(x, x * x, mode == 0u);
+    }
+    s = reduce_sum(l, s);
+    if (mode == 2u) {
+        if (l == 0u) {
+            d_st(d_row, s);
+        }
+        return;
+    }
+    let mean = s / f32(n);
+    if (mode == 0u) {
+        let scale = 1.0 / sqrt(mean + P.fp.x);
+        for (var i = l; i < n; i = i + 256u) {
+            d_st(d_row + i * P.nb_d.x, s0_ld(x_row + i * P.nb_0.x) * scale);
+        }
+        return;
+    }
+    var v = 0.0;
+    for (var i = l; i < n; i = i + 256u) {
+        let c = s0_ld(x_row + i * P.nb_0.x) - mean;
+        v = v + c * c;
+    }
+    v = reduce_sum(l, v);
+    let scale = 1.0 / sqrt(v / f32(n) + P.fp.x);
+    for (var i = l; i < n; i = i + 256u) {
+        d_st(d_row + i * P.nb_d.x, (s0_ld(x_row + i * P.nb_0.x) - mean) * scale);
+    }
+}

@@ -1,0 +1,253 @@
+//! WGSL assembly: the common helpers, the bindings of one kernel with their
+//! typed accessors, and the kernel body.
+//!
+//! Storage buffers are `array<u32>` (or `array<atomic<u32>>` for outputs
+//! written at a granularity below 4 bytes: F16/BF16 elements, quantized
+//! blocks, unaligned byte copies), so every element type is read and written
+//! through generated functions named after the binding:
+//!
+//! | function | what it does |
+//! |---|---|
+//! | `X_w(word)`, `X_b(byte)`, `X_h(byte)` | raw 32-, 8- and 16-bit loads |
+//! | `X_ld(byte) -> f32`, `X_ldi(byte) -> i32` | an element as f32 / i32 |
+//! | `X_raw(byte) -> u32` | an element's bits (4- and 2-byte types) |
+//! | `X_dq(block, j) -> f32` | element `j` of the quantized block at `block` |
+//! | `X_sw`, `X_sh`, `X_sb` | 32-, 16- and 8-bit stores (atomic merges below 32 bits) |
+//! | `X_st(byte, f32)`, `X_sti(byte, i32)`, `X_straw(byte, bits)` | typed stores |
+//!
+//! Every binding gets the whole set, with harmless fallbacks where a type has
+//! no meaning (a `X_dq` of a float binding returns 0), so a kernel body can
+//! branch on the `X_T` type constants without referring to a missing
+//! function. Kernel bodies live in `shaders/*.wgsl`.
+
+use std::fmt::Write as _;
+
+use tessera::DType;
+
+/// The helpers shared by every kernel.
+pub(crate) const COMMON: &str = include_str!("shaders/common.wgsl");
+
+/// One storage binding of a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Binding {
+    /// Name used in the kernel body (`d`, `s0`, `s1`, ...).
+    pub name: &'static str,
+    /// Element type of the tensor bound there.
+    pub dtype: DType,
+    /// Declared `array<atomic<u32>>` so sub-word stores can merge safely.
+    pub atomic: bool,
+}
+
+impl Binding {
+    /// A binding that is only read, or written in whole 32-bit words.
+    pub(crate) const fn plain(name: &'static str, dtype: DType) -> Self {
+        Binding {
+            name,
+            dtype,
+            atomic: false,
+        }
+    }
+
+    /// An output binding: atomic when its elements are narrower than a word
+    /// or quantized.
+    pub(crate) fn output(name: &'static str, dtype: DType) -> Self {
+        Binding {
+            name,
+            dtype,
+            atomic: dtype.type_size() < 4 || dtype.is_quantized(),
+        }
+    }
+}
+
+/// The complete source of a kernel: helpers, bindings (binding 0 is the
+/// uniform `P`, storage bindings start at 1) and the body.
+pub(crate) fn assemble(bindings: &[Binding], body: &str) -> String {
+    let mut s = String::with_capacity(COMMON.len() + body.len() + 4096 * bindings.len());
+    s.push_str(COMMON);
+    for (i, b) in bindings.iter().enumerate() {
+        accessors(&mut s, i + 1, b);
+    }
+    s.push_str(body);
+    s
+}
+
+fn accessors(s: &mut String, slot: usize, b: &Binding) {
+    let x = b.name;
+    let ty = if b.atomic {
+        "array<atomic<u32>>"
+    } else {
+        "array<u32>"
+    };
+    let _ = writeln!(
+        s,
+        "\n@group(0) @binding({slot}) var<storage, read_write> {x}: {ty};"
+    );
+    let _ = writeln!(s, "const {x}_T: u32 = {}u;", b.dtype.ggml_id());
+    let _ = writeln!(s, "const {x}_TS: u32 = {}u;", b.dtype.type_size());
+    if b.atomic {
+        let _ = writeln!(
+            s,
+            "fn {x}_w(w: u32) -> u32 {{ return atomicLoad(&{x}[w]); }}\n\
+             fn {x}_sw(w: u32, v: u32) {{ atomicStore(&{x}[w], v); }}\n\
+             fn {x}_sh(b: u32, v: u32) {{ let sh = (b & 2u) << 3u; \
+             atomicAnd(&{x}[b >> 2u], ~(0xffffu << sh)); atomicOr(&{x}[b >> 2u], (v & 0xffffu) << sh); }}\n\
+             fn {x}_sb(b: u32, v: u32) {{ let sh = (b & 3u) << 3u; \
+             atomicAnd(&{x}[b >> 2u], ~(0xffu << sh)); atomicOr(&{x}[b >> 2u], (v & 0xffu) << sh); }}"
+        );
+    } else {
+        // Sub-word stores on a plain binding are only used when a whole word
+        // belongs to one invocation (they are not atomic).
+        let _ = writeln!(
+            s,
+            "fn {x}_w(w: u32) -> u32 {{ return {x}[w]; }}\n\
+             fn {x}_sw(w: u32, v: u32) {{ {x}[w] = v; }}\n\
+             fn {x}_sh(b: u32, v: u32) {{ let sh = (b & 2u) << 3u; let w = b >> 2u; \
+             {x}[w] = ({x}[w] & ~(0xffffu << sh)) | ((v & 0xffffu) << sh); }}\n\
+             fn {x}_sb(b: u32, v: u32) {{ let sh = (b & 3u) << 3u; let w = b >> 2u; \
+             {x}[w] = ({x}[w] & ~(0xffu << sh)) | ((v & 0xffu) << sh); }}"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "fn {x}_b(b: u32) -> u32 {{ return ({x}_w(b >> 2u) >> ((b & 3u) << 3u)) & 0xffu; }}\n\
+         fn {x}_h(b: u32) -> u32 {{ return ({x}_w(b >> 2u) >> ((b & 2u) << 3u)) & 0xffffu; }}"
+    );
+    let (ld, ldi, raw, st, sti, straw) = match b.dtype {
+        DType::F32 => (
+            format!("return bitcast<f32>({x}_w(b >> 2u));"),
+            format!("return i32({x}_ld(b));"),
+            format!("return {x}_w(b >> 2u);"),
+            format!("{x}_sw(b >> 2u, bitcast<u32>(v));"),
+            format!("{x}_st(b, f32(v));"),
+            format!("{x}_sw(b >> 2u, v);"),
+        ),
+        DType::F16 => (
+            format!("return f16_to_f32({x}_h(b));"),
+            format!("return i32({x}_ld(b));"),
+            format!("return {x}_h(b);"),
+            format!("{x}_sh(b, f32_to_f16(v));"),
+            format!("{x}_st(b, f32(v));"),
+            format!("{x}_sh(b, v);"),
+        ),
+        DType::BF16 => (
+            format!("return bf16_to_f32({x}_h(b));"),
+            format!("return i32({x}_ld(b));"),
+            format!("return {x}_h(b);"),
+            format!("{x}_sh(b, f32_to_bf16(v));"),
+            format!("{x}_st(b, f32(v));"),
+            format!("{x}_sh(b, v);"),
+        ),
+        DType::I32 => (
+            format!("return f32(bitcast<i32>({x}_w(b >> 2u)));"),
+            format!("return bitcast<i32>({x}_w(b >> 2u));"),
+            format!("return {x}_w(b >> 2u);"),
+            format!("{x}_sw(b >> 2u, bitcast<u32>(i32(v)));"),
+            format!("{x}_sw(b >> 2u, bitcast<u32>(v));"),
+            format!("{x}_sw(b >> 2u, v);"),
+        ),
+        // I64 values are indices: the low word, read as i32 (checked on the host
+        // side to be the only use).
+        DType::I64 => (
+            format!("return f32(bitcast<i32>({x}_w(b >> 2u)));"),
+            format!("return bitcast<i32>({x}_w(b >> 2u));"),
+            format!("return {x}_w(b >> 2u);"),
+            format!("{x}_sw(b >> 2u, bitcast<u32>(i32(v)));"),
+            format!("{x}_sw(b >> 2u, bitcast<u32>(v));"),
+            format!("{x}_sw(b >> 2u, v);"),
+        ),
+        _ => (
+            "return 0.0;".to_string(),
+            "return 0;".to_string(),
+            format!("return {x}_w(b >> 2u);"),
+            "".to_string(),
+            "".to_string(),
+            format!("{x}_sw(b >> 2u, v);"),
+        ),
+    };
+    let _ = writeln!(
+        s,
+        "fn {x}_ld(b: u32) -> f32 {{ {ld} }}\n\
+         fn {x}_ldi(b: u32) -> i32 {{ {ldi} }}\n\
+         fn {x}_raw(b: u32) -> u32 {{ {raw} }}\n\
+         fn {x}_st(b: u32, v: f32) {{ {st} }}\n\
+         fn {x}_sti(b: u32, v: i32) {{ {sti} }}\n\
+         fn {x}_straw(b: u32, v: u32) {{ {straw} }}"
+    );
+    let dq = dequant_body(x, b.dtype);
+    let _ = writeln!(s, "fn {x}_dq(blk: u32, j: u32) -> f32 {{\n{dq}\n}}");
+}
+
+/// Element `j` of the quantized block at byte `blk`, in the operation order of
+/// the host dequantizers (so the results are bitwise equal).
+fn dequant_body(x: &str, dtype: DType) -> String {
+    match dtype {
+        DType::Q8_0 => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   return f32(sext8({x}_b(blk + 2u + j))) * d;"
+        ),
+        DType::Q4_0 => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let q = {x}_b(blk + 2u + (j & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, j >= 16u);\n\
+             \x20   return f32(i32(n) - 8) * d;"
+        ),
+        DType::Q4K => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let dmin = f16_to_f32({x}_h(blk + 2u));\n\
+             \x20   let i = j / 64u;\n\
+             \x20   let w = j % 64u;\n\
+             \x20   let sub = 2u * i + select(0u, 1u, w >= 32u);\n\
+             \x20   let sc = blk + 4u;\n\
+             \x20   var s: u32;\n\
+             \x20   var m: u32;\n\
+             \x20   if (sub < 4u) {{\n\
+             \x20       s = {x}_b(sc + sub) & 63u;\n\
+             \x20       m = {x}_b(sc + sub + 4u) & 63u;\n\
+             \x20   }} else {{\n\
+             \x20       s = ({x}_b(sc + sub + 4u) & 15u) | (({x}_b(sc + sub - 4u) >> 6u) << 4u);\n\
+             \x20       m = ({x}_b(sc + sub + 4u) >> 4u) | (({x}_b(sc + sub) >> 6u) << 4u);\n\
+             \x20   }}\n\
+             \x20   let byte = {x}_b(blk + 16u + i * 32u + (w & 31u));\n\
+             \x20   let q = select(byte & 15u, byte >> 4u, w >= 32u);\n\
+             \x20   let d1 = d * f32(s);\n\
+             \x20   let m1 = dmin * f32(m);\n\
+             \x20   return nofma(d1 * f32(q)) - m1;"
+        ),
+        DType::Q6K => format!(
+            "    let h = j / 128u;\n\
+             \x20   let l = j % 128u;\n\
+             \x20   let r = l / 32u;\n\
+             \x20   let i = l % 32u;\n\
+             \x20   let qlb = {x}_b(blk + 64u * h + i + 32u * (r & 1u));\n\
+             \x20   let lo = select(qlb & 15u, qlb >> 4u, r >= 2u);\n\
+             \x20   let hi = ({x}_b(blk + 128u + 32u * h + i) >> (2u * r)) & 3u;\n\
+             \x20   let q = i32(lo | (hi << 4u)) - 32;\n\
+             \x20   let sc = sext8({x}_b(blk + 192u + 8u * h + i / 16u + 2u * r));\n\
+             \x20   let d = f16_to_f32({x}_h(blk + 208u));\n\
+             \x20   return d * f32(sc) * f32(q);"
+        ),
+        _ => "    return 0.0;".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_below_a_word_are_atomic() {
+        assert!(Binding::output("d", DType::F16).atomic);
+        assert!(Binding::output("d", DType::Q8_0).atomic);
+        assert!(!Binding::output("d", DType::F32).atomic);
+        let src = assemble(
+            &[
+                Binding::output("d", DType::BF16),
+                Binding::plain("s0", DType::Q4K),
+            ],
+            "",
+        );
+        assert!(src.contains("var<storage, read_write> d: array<atomic<u32>>;"));
+        assert!(src.contains("fn s0_dq(blk: u32, j: u32) -> f32"));
+        assert!(src.contains("const s0_T: u32 = 12u;"));
+    }
+}
