@@ -56,12 +56,33 @@ enum BenchWhat {
     Ops(bench::OpsArgs),
 }
 
+impl Command {
+    /// Might this command touch a GPU device?
+    fn uses_gpu(&self) -> bool {
+        match self {
+            Command::Devices | Command::Support => true,
+            Command::Test { device, .. } => device
+                .as_deref()
+                .is_none_or(|d| !d.eq_ignore_ascii_case("cpu")),
+            Command::Bench {
+                what: BenchWhat::Ops(args),
+            } => args
+                .device
+                .as_deref()
+                .is_some_and(|d| !d.eq_ignore_ascii_case("cpu")),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // CPU first: it is the fallback device, and a software GPU adapter
-    // (llvmpipe) also reports the CPU type.
+    // (llvmpipe) also reports the CPU type. GPU adapters are enumerated only
+    // when a command can use them (enumeration costs time and driver noise).
     tessera_cpu::register();
-    tessera_wgpu::register();
+    if cli.command.uses_gpu() {
+        tessera_wgpu::register();
+    }
     let result = match cli.command {
         Command::Devices => devices::run(),
         Command::Bench {

@@ -26,7 +26,7 @@ use cases::{PerfCase, all_cases};
 pub struct OpsArgs {
     /// Device to measure (case-insensitive name); default: CPU.
     #[arg(long)]
-    device: Option<String>,
+    pub device: Option<String>,
     /// Worker threads (devices with threads); default: all cores.
     #[arg(long)]
     threads: Option<usize>,
@@ -49,7 +49,9 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let _ = stream.set_n_threads(threads);
+    let threaded = stream.set_n_threads(threads).is_ok();
+    // ggml's figures are CPU figures: shown only beside the CPU device.
+    let with_ggml = device.name() == "CPU";
     let matches = |name: &str| args.op.as_deref().is_none_or(|f| name.contains(f));
     let cases: Vec<PerfCase> = all_cases()
         .into_iter()
@@ -59,18 +61,27 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
         cases.iter().for_each(|c| println!("{}", c.name));
         return Ok(ExitCode::SUCCESS);
     }
+    let threads_note = if threaded {
+        format!(", {threads} thread{}", if threads == 1 { "" } else { "s" })
+    } else {
+        String::new()
+    };
+    let ggml_note = if with_ggml {
+        "; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)"
+    } else {
+        ""
+    };
     println!(
-        "Device {} ({}), {threads} thread{}; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)",
+        "Device {} ({}){threads_note}{ggml_note}",
         device.name(),
         device.description(),
-        if threads == 1 { "" } else { "s" }
     );
     for case in &cases {
         if !case_supported(&device, case)? {
             println!("  {}: not supported on {}", case.name, device.name());
             continue;
         }
-        match run_case(&device, stream.as_ref(), case, args.seconds) {
+        match run_case(&device, stream.as_ref(), case, args.seconds, with_ggml) {
             Ok(line) => println!("{line}"),
             Err(e) => println!("  {}: failed: {e}", case.name),
         }
@@ -78,7 +89,7 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     for nth in [1usize, 2] {
         let name = format!("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads={nth})");
         if matches(&name) {
-            println!("{}", graph_overhead(&device, nth, &name)?);
+            println!("{}", graph_overhead(&device, nth, &name, with_ggml)?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -107,6 +118,7 @@ fn run_case(
     stream: &dyn Stream,
     case: &PerfCase,
     seconds: f64,
+    with_ggml: bool,
 ) -> Result<String> {
     let cost = case.flops.unwrap_or(case.bytes).max(1.0);
     let target = if case.flops.is_some() {
@@ -114,7 +126,16 @@ fn run_case(
     } else {
         8.0 * (1u64 << 30) as f64
     };
-    let n_runs = ((target / cost) as usize).min(8192 - case.leaves.len()) + 1;
+    // Every duplicate keeps its own output (as in test-backend-ops); cap the
+    // outputs' total so the graph fits the device (4 GiB, or 12 chunks of a
+    // buffer type with a small maximum such as a GPU binding).
+    let (one, _) = build(case, 1)?;
+    let out_bytes = one.nodes().last().map_or(1, |n| n.layout.nbytes()).max(1);
+    let budget = (4usize << 30).min(device.buffer_type().max_size().saturating_mul(12));
+    let n_runs = ((target / cost) as usize)
+        .min(8192 - case.leaves.len())
+        .min((budget / out_bytes).saturating_sub(1))
+        + 1;
     let (graph, leaves) = build(case, n_runs)?;
     let mut placement = Placement::new(&graph);
     let layouts: Vec<Layout> = leaves.iter().map(|&id| graph[id].layout).collect();
@@ -148,13 +169,16 @@ fn run_case(
         us,
         per_run,
         figure,
-        compare(&case.name, figure, true)
+        compare(&case.name, figure, true, with_ggml)
     ))
 }
 
 /// `  | ggml X (ratio)` when ggml's figure is known. `higher_is_better`
 /// false for times.
-fn compare(name: &str, figure: f64, higher_is_better: bool) -> String {
+fn compare(name: &str, figure: f64, higher_is_better: bool, with_ggml: bool) -> String {
+    if !with_ggml {
+        return String::new();
+    }
     match anchors::ggml_figure(name) {
         Some(g) if g > 0.0 => {
             let ratio = if higher_is_better {
@@ -169,7 +193,12 @@ fn compare(name: &str, figure: f64, higher_is_better: bool) -> String {
 }
 
 /// Per-node cost of a chain of 1000 tiny ADDs (16 floats), min of 50 runs.
-fn graph_overhead(device: &Arc<dyn Device>, nth: usize, name: &str) -> Result<String> {
+fn graph_overhead(
+    device: &Arc<dyn Device>,
+    nth: usize,
+    name: &str,
+    with_ggml: bool,
+) -> Result<String> {
     let stream = device.new_stream("")?;
     let _ = stream.set_n_threads(nth);
     let mut g = Graph::new();
@@ -195,6 +224,6 @@ fn graph_overhead(device: &Arc<dyn Device>, nth: usize, name: &str) -> Result<St
     }
     Ok(format!(
         "  {name}: {best:.3} us/node{}",
-        compare(name, best, false)
+        compare(name, best, false, with_ggml)
     ))
 }
