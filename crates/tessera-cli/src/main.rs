@@ -54,6 +54,8 @@ enum Command {
 enum BenchWhat {
     /// Op throughput in test-backend-ops perf format (GFLOPS for MUL_MAT, GB/s otherwise).
     Ops(bench::OpsArgs),
+    /// The machine's limits: read bandwidth and f32 FMA peak, 1 thread and all threads.
+    Machine,
 }
 
 impl Command {
@@ -70,6 +72,9 @@ impl Command {
                 .device
                 .as_deref()
                 .is_some_and(|d| !d.eq_ignore_ascii_case("cpu")),
+            Command::Bench {
+                what: BenchWhat::Machine,
+            } => false,
         }
     }
 }
@@ -88,6 +93,9 @@ fn main() -> ExitCode {
         Command::Bench {
             what: BenchWhat::Ops(args),
         } => bench::run_ops(&args),
+        Command::Bench {
+            what: BenchWhat::Machine,
+        } => bench::run_machine(),
         Command::Test {
             device,
             filter,

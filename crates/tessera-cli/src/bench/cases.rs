@@ -37,6 +37,8 @@ pub struct PerfCase {
     pub flops: Option<f64>,
     /// Bytes moved per op (destination plus sources), for GB/s.
     pub bytes: f64,
+    /// Bytes of weights read per op (MUL_MAT), for the share of bandwidth.
+    pub weight_bytes: Option<f64>,
 }
 
 fn leaf(dtype: DType, ne: &[usize], fill: Fill) -> Leaf {
@@ -88,6 +90,7 @@ fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
         build: Box::new(|g, l| g.mul_mat(l[0], l[1])),
         flops: Some(2.0 * m as f64 * n as f64 * k as f64),
         bytes: nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
+        weight_bytes: Some(nbytes(t, &[k, m])),
     }
 }
 
@@ -112,6 +115,7 @@ fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
         flops: None,
         // test-backend-ops counts 3 x dst for binary broadcasts.
         bytes: 3.0 * nbytes(DType::F32, &full),
+        weight_bytes: None,
     }
 }
 
@@ -122,6 +126,7 @@ fn rms_norm(ne: [usize; 2]) -> PerfCase {
         build: Box::new(|g, l| g.rms_norm(l[0], 1e-6)),
         flops: None,
         bytes: 2.0 * nbytes(DType::F32, &ne),
+        weight_bytes: None,
     }
 }
 
@@ -135,6 +140,7 @@ fn soft_max(ne: [usize; 3]) -> PerfCase {
         build: Box::new(|g, l| g.soft_max(l[0])),
         flops: None,
         bytes: 2.0 * nbytes(DType::F32, &ne),
+        weight_bytes: None,
     }
 }
 
@@ -156,6 +162,7 @@ fn rope(t: DType, mode: RopeMode) -> PerfCase {
         build: Box::new(move |g, l| g.rope(l[0], l[1], None, RopeParams::new(128, mode, 10000.0))),
         flops: None,
         bytes: 2.0 * nbytes(t, &ne) + nbytes(DType::I32, &[ne[2]]),
+        weight_bytes: None,
     }
 }
 
@@ -172,6 +179,7 @@ fn cpy(src: DType, dst: DType, ne: [usize; 2]) -> PerfCase {
         build: Box::new(|g, l| g.cpy(l[0], l[1])),
         flops: None,
         bytes: nbytes(src, &ne) + nbytes(dst, &ne),
+        weight_bytes: None,
     }
 }
 
@@ -198,5 +206,6 @@ fn flash_attn(hs: usize, nh: usize, kv: usize, nb: usize) -> PerfCase {
         // test-backend-ops counts only the two matrix products.
         flops: Some(2.0 * nh as f64 * nb as f64 * (hs + hs) as f64 * kv as f64),
         bytes: 0.0,
+        weight_bytes: None,
     }
 }

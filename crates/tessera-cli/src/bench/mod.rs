@@ -11,6 +11,7 @@
 mod anchors;
 mod cases;
 mod fill;
+mod machine;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +40,31 @@ pub struct OpsArgs {
     /// List the cases and exit.
     #[arg(long)]
     list: bool,
+    /// Measure the machine's read bandwidth and FMA peak first, and print
+    /// MUL_MAT figures as a share of them.
+    #[arg(long)]
+    limits: bool,
+}
+
+/// `tessera bench machine`.
+pub fn run_machine() -> Result<ExitCode> {
+    let all = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    for t in [1, all] {
+        let l = machine::measure(t);
+        println!(
+            "  {} thread{}: read bandwidth {:.1} GB/s, f32 FMA peak {:.1} GFLOPS",
+            l.threads,
+            if l.threads == 1 { "" } else { "s" },
+            l.read_gbs,
+            l.fma_gflops
+        );
+        if t == all {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
@@ -76,12 +102,25 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
         device.name(),
         device.description(),
     );
+    let limits = args.limits.then(|| {
+        let l = machine::measure(threads);
+        println!(
+            "  machine, {} threads: read bandwidth {:.1} GB/s, f32 FMA peak {:.1} GFLOPS",
+            l.threads, l.read_gbs, l.fma_gflops
+        );
+        l
+    });
+    let opts = RunOpts {
+        seconds: args.seconds,
+        with_ggml,
+        limits,
+    };
     for case in &cases {
         if !case_supported(&device, case)? {
             println!("  {}: not supported on {}", case.name, device.name());
             continue;
         }
-        match run_case(&device, stream.as_ref(), case, args.seconds, with_ggml) {
+        match run_case(&device, stream.as_ref(), case, &opts) {
             Ok(line) => println!("{line}"),
             Err(e) => println!("  {}: failed: {e}", case.name),
         }
@@ -113,13 +152,20 @@ fn case_supported(device: &Arc<dyn Device>, case: &PerfCase) -> Result<bool> {
     Ok(tessera::supports_graph(device.as_ref(), &g))
 }
 
+/// How cases are run and printed.
+struct RunOpts {
+    seconds: f64,
+    with_ggml: bool,
+    limits: Option<machine::Limits>,
+}
+
 fn run_case(
     device: &Arc<dyn Device>,
     stream: &dyn Stream,
     case: &PerfCase,
-    seconds: f64,
-    with_ggml: bool,
+    opts: &RunOpts,
 ) -> Result<String> {
+    let (seconds, with_ggml) = (opts.seconds, opts.with_ggml);
     let cost = case.flops.unwrap_or(case.bytes).max(1.0);
     let target = if case.flops.is_some() {
         8e9
@@ -162,8 +208,20 @@ fn run_case(
             format!("{:.0} kB/run", case.bytes / 1024.0),
         ),
     };
+    let mut share = String::new();
+    if let Some(wb) = case.weight_bytes {
+        let gbs = wb / (us * 1e-6) / 1e9;
+        share = format!(" = {gbs:.1} GB/s of weights");
+        if let Some(l) = &opts.limits {
+            share += &format!(
+                " ({:.0}% of read bw, {:.0}% of FMA peak)",
+                100.0 * gbs / l.read_gbs,
+                100.0 * figure / l.fma_gflops
+            );
+        }
+    }
     Ok(format!(
-        "  {}: {:>6} runs - {:>10.2} us/run - {} - {:>8.2} {unit}{}",
+        "  {}: {:>6} runs - {:>10.2} us/run - {} - {:>8.2} {unit}{share}{}",
         case.name,
         n_runs * iters,
         us,
