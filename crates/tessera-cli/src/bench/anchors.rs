@@ -5,7 +5,7 @@
 //! Tessera's figures so that every bench line carries its comparison.
 
 /// ggml's figure for a case, in the case's own unit (GFLOPS or GB/s), or
-/// µs per node for the graph-overhead case.
+/// µs per op for the cases compared by time (GET_ROWS, graph overhead).
 pub fn ggml_figure(case: &str) -> Option<f64> {
     ANCHORS
         .iter()
@@ -65,6 +65,15 @@ const ANCHORS: &[(&str, f64)] = &[
         "FLASH_ATTN_EXT(hsk=128,hsv=128,nh=32,nr=1,kv=4096,nb=1,type_KV=f16)",
         19.0,
     ),
+    // GET_ROWS from a 4096 x 32000 table: microseconds per op (lower is better).
+    ("GET_ROWS(type=f32,n=4096,m=32000,r=1)", 0.53),
+    ("GET_ROWS(type=f32,n=4096,m=32000,r=512)", 709.0),
+    ("GET_ROWS(type=f16,n=4096,m=32000,r=1)", 0.37),
+    ("GET_ROWS(type=f16,n=4096,m=32000,r=512)", 369.9),
+    ("GET_ROWS(type=q8_0,n=4096,m=32000,r=1)", 0.79),
+    ("GET_ROWS(type=q8_0,n=4096,m=32000,r=512)", 639.0),
+    ("GET_ROWS(type=q4_0,n=4096,m=32000,r=1)", 2.92),
+    ("GET_ROWS(type=q4_0,n=4096,m=32000,r=512)", 1621.7),
     ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=1)", 0.09),
     ("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=2)", 0.41),
 ];

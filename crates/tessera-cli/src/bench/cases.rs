@@ -12,6 +12,8 @@ pub enum Fill {
     Positions,
     /// A causal-looking F16 mask of zeros.
     Zeros,
+    /// Row indices below the given count (I32), pseudo-random.
+    Ids(usize),
 }
 
 /// One leaf: its type, extents and how to fill it.
@@ -39,6 +41,9 @@ pub struct PerfCase {
     pub bytes: f64,
     /// Bytes of weights read per op (MUL_MAT), for the share of bandwidth.
     pub weight_bytes: Option<f64>,
+    /// Compared with ggml by time per op (ggml's GB/s is not meaningful for
+    /// this case), not by throughput.
+    pub by_time: bool,
 }
 
 fn leaf(dtype: DType, ne: &[usize], fill: Fill) -> Leaf {
@@ -77,7 +82,28 @@ pub fn all_cases() -> Vec<PerfCase> {
     v.push(cpy(DType::F32, DType::Q4_0, [512, 3072]));
     v.push(cpy(DType::Q4_0, DType::F32, [512, 3072]));
     v.push(flash_attn(128, 32, 4096, 1));
+    for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
+        for r in [1, 512] {
+            v.push(get_rows(t, 4096, 32000, r));
+        }
+    }
     v
+}
+
+fn get_rows(t: DType, n: usize, m: usize, r: usize) -> PerfCase {
+    PerfCase {
+        name: format!("GET_ROWS(type={},n={n},m={m},r={r})", t.name()),
+        leaves: vec![
+            leaf(t, &[n, m], Fill::Uniform),
+            leaf(DType::I32, &[r], Fill::Ids(m)),
+        ],
+        build: Box::new(|g, l| g.get_rows(l[0], l[1])),
+        flops: None,
+        // The rows read and written (ggml counts the whole table instead).
+        bytes: r as f64 * (nbytes(t, &[n]) + nbytes(DType::F32, &[n])),
+        weight_bytes: None,
+        by_time: true,
+    }
 }
 
 fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
@@ -91,6 +117,7 @@ fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
         flops: Some(2.0 * m as f64 * n as f64 * k as f64),
         bytes: nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
         weight_bytes: Some(nbytes(t, &[k, m])),
+        by_time: false,
     }
 }
 
@@ -116,6 +143,7 @@ fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
         // test-backend-ops counts 3 x dst for binary broadcasts.
         bytes: 3.0 * nbytes(DType::F32, &full),
         weight_bytes: None,
+        by_time: false,
     }
 }
 
@@ -127,6 +155,7 @@ fn rms_norm(ne: [usize; 2]) -> PerfCase {
         flops: None,
         bytes: 2.0 * nbytes(DType::F32, &ne),
         weight_bytes: None,
+        by_time: false,
     }
 }
 
@@ -141,6 +170,7 @@ fn soft_max(ne: [usize; 3]) -> PerfCase {
         flops: None,
         bytes: 2.0 * nbytes(DType::F32, &ne),
         weight_bytes: None,
+        by_time: false,
     }
 }
 
@@ -163,6 +193,7 @@ fn rope(t: DType, mode: RopeMode) -> PerfCase {
         flops: None,
         bytes: 2.0 * nbytes(t, &ne) + nbytes(DType::I32, &[ne[2]]),
         weight_bytes: None,
+        by_time: false,
     }
 }
 
@@ -180,6 +211,7 @@ fn cpy(src: DType, dst: DType, ne: [usize; 2]) -> PerfCase {
         flops: None,
         bytes: nbytes(src, &ne) + nbytes(dst, &ne),
         weight_bytes: None,
+        by_time: false,
     }
 }
 
@@ -207,5 +239,6 @@ fn flash_attn(hs: usize, nh: usize, kv: usize, nb: usize) -> PerfCase {
         flops: Some(2.0 * nh as f64 * nb as f64 * (hs + hs) as f64 * kv as f64),
         bytes: 0.0,
         weight_bytes: None,
+        by_time: false,
     }
 }

@@ -30,6 +30,12 @@ pub fn fill(t: &Tensor, fill: Fill) -> Result<()> {
             t.write_slice(&pos)
         }
         Fill::Zeros => t.fill(0, t.nbytes(), 0),
+        Fill::Ids(rows) => {
+            let ids: Vec<i32> = (0..n)
+                .map(|i| ((i as u64 * 2_654_435_761) % rows.max(1) as u64) as i32)
+                .collect();
+            t.write_slice(&ids)
+        }
         Fill::Uniform if l.dtype == DType::F32 => {
             let mut rng = Rng(42);
             let v: Vec<f32> = (0..n).map(|_| rng.next_f32()).collect();

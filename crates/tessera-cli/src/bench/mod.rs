@@ -227,7 +227,11 @@ fn run_case(
         us,
         per_run,
         figure,
-        compare(&case.name, figure, true, with_ggml)
+        if case.by_time {
+            compare(&case.name, us, false, with_ggml)
+        } else {
+            compare(&case.name, figure, true, with_ggml)
+        }
     ))
 }
 
@@ -244,7 +248,8 @@ fn compare(name: &str, figure: f64, higher_is_better: bool, with_ggml: bool) -> 
             } else {
                 g / figure
             };
-            format!("  | ggml {g:.2} ({ratio:.2}x)")
+            let unit = if higher_is_better { "" } else { " us" };
+            format!("  | ggml {g:.2}{unit} ({ratio:.2}x)")
         }
         _ => String::new(),
     }
