@@ -55,14 +55,14 @@ const ANCHORS: &[(&str, f64)] = &[
     ("SOFT_MAX(type=f32,ne=[4096,4096,5,1],mask=0,scale=1)", 5.31),
     ("ROPE(type=f32,ne=[128,32,512,1],n_dims=128,mode=0)", 26.65),
     // ggml reports 7.8-12.7 GB/s across its NeoX cases; the middle is used.
-    ("ROPE(type=f32,ne=[128,32,512,1],n_dims=128,mode=2)", 10.0),
+    ("ROPE(type=f32,ne=[64,8,512,1],n_dims=64,mode=2)", 10.0),
     // f16 ROPE of this shape: 5274 us/run, i.e. about 1.5 GB/s.
     ("ROPE(type=f16,ne=[128,32,512,1],n_dims=128,mode=0)", 1.48),
     ("CPY(type_src=f32,type_dst=f16,ne=[512,3072,1,1])", 3.63),
-    ("CPY(type_src=f32,type_dst=q4_0,ne=[512,3072,1,1])", 3.47),
-    ("CPY(type_src=q4_0,type_dst=f32,ne=[512,3072,1,1])", 4.84),
+    ("CPY(type_src=f32,type_dst=q4_0,ne=[8192,512,2,1])", 3.47),
+    ("CPY(type_src=q4_0,type_dst=f32,ne=[8192,512,2,1])", 4.84),
     (
-        "FLASH_ATTN_EXT(hsk=128,hsv=128,nh=32,nr=1,kv=4096,nb=1,type_KV=f16)",
+        "FLASH_ATTN_EXT(hsk=128,hsv=128,nh=8,nr23=[4,1],kv=4096,nb=1,type_KV=f16)",
         19.0,
     ),
     // GET_ROWS from a 4096 x 32000 table: microseconds per op (lower is better).

@@ -1,5 +1,8 @@
-//! The benchmark cases: the shapes of ggml's test-backend-ops perf mode and
-//! of `shared/reference/perf-anchors.md`, so the figures compare directly.
+//! The benchmark cases: the shapes and parameters of ggml's test-backend-ops
+//! perf mode (its stock cases where one exists, else the ones in
+//! `shared/reference/perf-anchors.md`), so the figures compare directly.
+//! `scripts/ggml-bench/patch_cases.py` adds exactly these cases to a
+//! throw-away test-backend-ops for live comparison: keep the two in step.
 
 use tessera::{DType, Graph, Result, RopeMode, RopeParams, TensorId};
 
@@ -10,7 +13,7 @@ pub enum Fill {
     Uniform,
     /// Positions `0..n` (I32).
     Positions,
-    /// A causal-looking F16 mask of zeros.
+    /// An F16 mask of zeros.
     Zeros,
     /// Row indices below the given count (I32), pseudo-random.
     Ids(usize),
@@ -31,6 +34,9 @@ pub type BuildFn = Box<dyn Fn(&mut Graph, &[TensorId]) -> Result<TensorId>>;
 pub struct PerfCase {
     /// Name in test-backend-ops style.
     pub name: String,
+    /// The same case in ggml's words: op name and the `key=value` pairs its
+    /// test-backend-ops case name must contain (`MUL_MAT|type_a=q4_0,n=1,...`).
+    pub ggml: String,
     /// Leaves shared by every duplicate of the op.
     pub leaves: Vec<Leaf>,
     /// Build one op node from the leaf ids.
@@ -41,8 +47,8 @@ pub struct PerfCase {
     pub bytes: f64,
     /// Bytes of weights read per op (MUL_MAT), for the share of bandwidth.
     pub weight_bytes: Option<f64>,
-    /// Compared with ggml by time per op (ggml's GB/s is not meaningful for
-    /// this case), not by throughput.
+    /// Compared with ggml's built-in figure by time per op (its GB/s is not
+    /// meaningful for this case) rather than by throughput.
     pub by_time: bool,
 }
 
@@ -57,6 +63,19 @@ fn leaf(dtype: DType, ne: &[usize], fill: Fill) -> Leaf {
 fn nbytes(dtype: DType, ne: &[usize]) -> f64 {
     let n: usize = ne.iter().product();
     (n / dtype.block_size() * dtype.type_size()) as f64
+}
+
+fn base(name: String, ggml: String, leaves: Vec<Leaf>, build: BuildFn, bytes: f64) -> PerfCase {
+    PerfCase {
+        name,
+        ggml,
+        leaves,
+        build,
+        flops: None,
+        bytes,
+        weight_bytes: None,
+        by_time: false,
+    }
 }
 
 /// Every case, in print order.
@@ -75,13 +94,14 @@ pub fn all_cases() -> Vec<PerfCase> {
     v.push(rms_norm([4096, 512]));
     v.push(rms_norm([4096, 4096]));
     v.push(soft_max([4096, 4096, 5]));
-    v.push(rope(DType::F32, RopeMode::Normal));
-    v.push(rope(DType::F32, RopeMode::Neox));
-    v.push(rope(DType::F16, RopeMode::Normal));
-    v.push(cpy(DType::F32, DType::F16, [512, 3072]));
-    v.push(cpy(DType::F32, DType::Q4_0, [512, 3072]));
-    v.push(cpy(DType::Q4_0, DType::F32, [512, 3072]));
-    v.push(flash_attn(128, 32, 4096, 1));
+    v.push(rope(DType::F32, [128, 32, 512], 128, RopeMode::Normal));
+    v.push(rope(DType::F32, [64, 8, 512], 64, RopeMode::Neox));
+    v.push(rope(DType::F16, [128, 32, 512], 128, RopeMode::Normal));
+    v.push(cpy(DType::F32, DType::F16, [512, 3072, 1]));
+    v.push(cpy(DType::F32, DType::Q8_0, [8192, 512, 2]));
+    v.push(cpy(DType::F32, DType::Q4_0, [8192, 512, 2]));
+    v.push(cpy(DType::Q4_0, DType::F32, [8192, 512, 2]));
+    v.push(flash_attn(128, 8, 4, 4096, 1));
     for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
         for r in [1, 512] {
             v.push(get_rows(t, 4096, 32000, r));
@@ -90,155 +110,160 @@ pub fn all_cases() -> Vec<PerfCase> {
     v
 }
 
-fn get_rows(t: DType, n: usize, m: usize, r: usize) -> PerfCase {
-    PerfCase {
-        name: format!("GET_ROWS(type={},n={n},m={m},r={r})", t.name()),
-        leaves: vec![
-            leaf(t, &[n, m], Fill::Uniform),
-            leaf(DType::I32, &[r], Fill::Ids(m)),
-        ],
-        build: Box::new(|g, l| g.get_rows(l[0], l[1])),
-        flops: None,
-        // The rows read and written (ggml counts the whole table instead).
-        bytes: r as f64 * (nbytes(t, &[n]) + nbytes(DType::F32, &[n])),
-        weight_bytes: None,
-        by_time: true,
-    }
-}
-
 fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
+    let name = format!("MUL_MAT(type_a={},type_b=f32,m={m},n={n},k={k})", t.name());
+    let ggml = format!(
+        "MUL_MAT|type_a={},type_b=f32,m={m},n={n},k={k},bs=[1,1],nr=[1,1]",
+        t.name()
+    );
     PerfCase {
-        name: format!("MUL_MAT(type_a={},type_b=f32,m={m},n={n},k={k})", t.name()),
-        leaves: vec![
-            leaf(t, &[k, m], Fill::Uniform),
-            leaf(DType::F32, &[k, n], Fill::Uniform),
-        ],
-        build: Box::new(|g, l| g.mul_mat(l[0], l[1])),
         flops: Some(2.0 * m as f64 * n as f64 * k as f64),
-        bytes: nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
         weight_bytes: Some(nbytes(t, &[k, m])),
-        by_time: false,
+        ..base(
+            name,
+            ggml,
+            vec![
+                leaf(t, &[k, m], Fill::Uniform),
+                leaf(DType::F32, &[k, n], Fill::Uniform),
+            ],
+            Box::new(|g, l| g.mul_mat(l[0], l[1])),
+            nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
+        )
     }
 }
 
 fn binary(op: &'static str, ne: [usize; 2], nr: [usize; 2]) -> PerfCase {
     let full = [ne[0] * nr[0], ne[1] * nr[1]];
-    PerfCase {
-        name: format!(
-            "{op}(type=f32,ne=[{},{},1,1],nr=[{},{},1,1])",
-            ne[0], ne[1], nr[0], nr[1]
-        ),
-        leaves: vec![
+    let shape = format!("ne=[{},{},1,1],nr=[{},{},1,1]", ne[0], ne[1], nr[0], nr[1]);
+    base(
+        format!("{op}(type=f32,{shape})"),
+        format!("{op}|type=f32,{shape}"),
+        vec![
             leaf(DType::F32, &full, Fill::Uniform),
             leaf(DType::F32, &ne, Fill::Uniform),
         ],
-        build: Box::new(move |g, l| {
+        Box::new(move |g, l| {
             if op == "ADD" {
                 g.add(l[0], l[1])
             } else {
                 g.mul(l[0], l[1])
             }
         }),
-        flops: None,
         // test-backend-ops counts 3 x dst for binary broadcasts.
-        bytes: 3.0 * nbytes(DType::F32, &full),
-        weight_bytes: None,
-        by_time: false,
-    }
+        3.0 * nbytes(DType::F32, &full),
+    )
 }
 
 fn rms_norm(ne: [usize; 2]) -> PerfCase {
-    PerfCase {
-        name: format!("RMS_NORM(type=f32,ne=[{},{},1,1],eps=1e-6)", ne[0], ne[1]),
-        leaves: vec![leaf(DType::F32, &ne, Fill::Uniform)],
-        build: Box::new(|g, l| g.rms_norm(l[0], 1e-6)),
-        flops: None,
-        bytes: 2.0 * nbytes(DType::F32, &ne),
-        weight_bytes: None,
-        by_time: false,
-    }
+    let shape = format!("ne=[{},{},1,1]", ne[0], ne[1]);
+    base(
+        format!("RMS_NORM(type=f32,{shape},eps=1e-6)"),
+        format!("RMS_NORM|type=f32,{shape},v=0"),
+        vec![leaf(DType::F32, &ne, Fill::Uniform)],
+        Box::new(|g, l| g.rms_norm(l[0], 1e-6)),
+        2.0 * nbytes(DType::F32, &ne),
+    )
 }
 
 fn soft_max(ne: [usize; 3]) -> PerfCase {
-    PerfCase {
-        name: format!(
-            "SOFT_MAX(type=f32,ne=[{},{},{},1],mask=0,scale=1)",
-            ne[0], ne[1], ne[2]
-        ),
-        leaves: vec![leaf(DType::F32, &ne, Fill::Uniform)],
-        build: Box::new(|g, l| g.soft_max(l[0])),
-        flops: None,
-        bytes: 2.0 * nbytes(DType::F32, &ne),
-        weight_bytes: None,
-        by_time: false,
-    }
+    let shape = format!("ne=[{},{},{},1]", ne[0], ne[1], ne[2]);
+    base(
+        format!("SOFT_MAX(type=f32,{shape},mask=0,scale=1)"),
+        format!("SOFT_MAX|type=f32,{shape},mask=0,sinks=0"),
+        vec![leaf(DType::F32, &ne, Fill::Uniform)],
+        Box::new(|g, l| g.soft_max(l[0])),
+        2.0 * nbytes(DType::F32, &ne),
+    )
 }
 
-fn rope(t: DType, mode: RopeMode) -> PerfCase {
-    let ne = [128usize, 32, 512];
-    PerfCase {
-        name: format!(
-            "ROPE(type={},ne=[{},{},{},1],n_dims=128,mode={})",
+fn rope(t: DType, ne: [usize; 3], n_dims: usize, mode: RopeMode) -> PerfCase {
+    let shape = format!("ne=[{},{},{},1]", ne[0], ne[1], ne[2]);
+    let m = mode.ggml_mode();
+    base(
+        format!("ROPE(type={},{shape},n_dims={n_dims},mode={m})", t.name()),
+        format!(
+            "ROPE|type={},ne_a=[{},{},{},1],n_dims={n_dims},mode={m},v=0",
             t.name(),
             ne[0],
             ne[1],
-            ne[2],
-            mode.ggml_mode()
+            ne[2]
         ),
-        leaves: vec![
+        vec![
             leaf(t, &ne, Fill::Uniform),
             leaf(DType::I32, &[ne[2]], Fill::Positions),
         ],
-        build: Box::new(move |g, l| g.rope(l[0], l[1], None, RopeParams::new(128, mode, 10000.0))),
-        flops: None,
-        bytes: 2.0 * nbytes(t, &ne) + nbytes(DType::I32, &[ne[2]]),
-        weight_bytes: None,
-        by_time: false,
-    }
+        Box::new(move |g, l| g.rope(l[0], l[1], None, RopeParams::new(n_dims, mode, 10000.0))),
+        2.0 * nbytes(t, &ne) + nbytes(DType::I32, &[ne[2]]),
+    )
 }
 
-fn cpy(src: DType, dst: DType, ne: [usize; 2]) -> PerfCase {
-    PerfCase {
-        name: format!(
-            "CPY(type_src={},type_dst={},ne=[{},{},1,1])",
+fn cpy(src: DType, dst: DType, ne: [usize; 3]) -> PerfCase {
+    let shape = format!("[{},{},{},1]", ne[0], ne[1], ne[2]);
+    base(
+        format!(
+            "CPY(type_src={},type_dst={},ne={shape})",
             src.name(),
-            dst.name(),
-            ne[0],
-            ne[1]
+            dst.name()
         ),
-        leaves: vec![leaf(src, &ne, Fill::Uniform), leaf(dst, &ne, Fill::Uniform)],
-        build: Box::new(|g, l| g.cpy(l[0], l[1])),
-        flops: None,
-        bytes: nbytes(src, &ne) + nbytes(dst, &ne),
-        weight_bytes: None,
-        by_time: false,
-    }
+        format!(
+            "CPY|type_src={},type_dst={},ne_src={shape}",
+            src.name(),
+            dst.name()
+        ),
+        vec![leaf(src, &ne, Fill::Uniform), leaf(dst, &ne, Fill::Uniform)],
+        Box::new(|g, l| g.cpy(l[0], l[1])),
+        nbytes(src, &ne) + nbytes(dst, &ne),
+    )
 }
 
-fn flash_attn(hs: usize, nh: usize, kv: usize, nb: usize) -> PerfCase {
+/// Decode attention: `nh_kv` KV heads, `nr` query heads per KV head.
+fn flash_attn(hs: usize, nh_kv: usize, nr: usize, kv: usize, nb: usize) -> PerfCase {
+    let nh = nh_kv * nr;
+    let params = format!("hsk={hs},hsv={hs},nh={nh_kv},nr23=[{nr},1],kv={kv},nb={nb}");
     PerfCase {
-        name: format!("FLASH_ATTN_EXT(hsk={hs},hsv={hs},nh={nh},nr=1,kv={kv},nb={nb},type_KV=f16)"),
-        leaves: vec![
-            leaf(DType::F32, &[hs, nb, nh], Fill::Uniform),
-            leaf(DType::F16, &[hs, kv, nh], Fill::Uniform),
-            leaf(DType::F16, &[hs, kv, nh], Fill::Uniform),
-            leaf(DType::F16, &[kv, nb], Fill::Zeros),
-        ],
-        build: Box::new(move |g, l| {
-            g.flash_attn_ext(
-                l[0],
-                l[1],
-                l[2],
-                Some(l[3]),
-                1.0 / (hs as f32).sqrt(),
-                0.0,
-                0.0,
-            )
-        }),
         // test-backend-ops counts only the two matrix products.
         flops: Some(2.0 * nh as f64 * nb as f64 * (hs + hs) as f64 * kv as f64),
-        bytes: 0.0,
-        weight_bytes: None,
-        by_time: false,
+        ..base(
+            format!("FLASH_ATTN_EXT({params},type_KV=f16)"),
+            format!("FLASH_ATTN_EXT|{params},mask=1,sinks=0,type_K=f16,type_V=f16"),
+            vec![
+                leaf(DType::F32, &[hs, nb, nh], Fill::Uniform),
+                leaf(DType::F16, &[hs, kv, nh_kv], Fill::Uniform),
+                leaf(DType::F16, &[hs, kv, nh_kv], Fill::Uniform),
+                leaf(DType::F16, &[kv, nb], Fill::Zeros),
+            ],
+            Box::new(move |g, l| {
+                g.flash_attn_ext(
+                    l[0],
+                    l[1],
+                    l[2],
+                    Some(l[3]),
+                    1.0 / (hs as f32).sqrt(),
+                    0.0,
+                    0.0,
+                )
+            }),
+            0.0,
+        )
+    }
+}
+
+fn get_rows(t: DType, n: usize, m: usize, r: usize) -> PerfCase {
+    PerfCase {
+        by_time: true,
+        ..base(
+            format!("GET_ROWS(type={},n={n},m={m},r={r})", t.name()),
+            format!(
+                "GET_ROWS|type={},n={n},m={m},r={r},be1=1,be2=1,v=0",
+                t.name()
+            ),
+            vec![
+                leaf(t, &[n, m], Fill::Uniform),
+                leaf(DType::I32, &[r], Fill::Ids(m)),
+            ],
+            Box::new(|g, l| g.get_rows(l[0], l[1])),
+            // The rows read and written (ggml counts the whole table instead).
+            r as f64 * (nbytes(t, &[n]) + nbytes(DType::F32, &[n])),
+        )
     }
 }

@@ -11,6 +11,7 @@
 mod anchors;
 mod cases;
 mod fill;
+mod ggml_live;
 mod machine;
 
 use std::process::ExitCode;
@@ -44,6 +45,11 @@ pub struct OpsArgs {
     /// MUL_MAT figures as a share of them.
     #[arg(long)]
     limits: bool,
+    /// A ggml `test-backend-ops` binary (see `scripts/ggml-bench/build.sh`)
+    /// to measure live, interleaved op by op with Tessera, instead of
+    /// printing ggml's recorded figures.
+    #[arg(long)]
+    ggml: Option<std::path::PathBuf>,
 }
 
 /// `tessera bench machine`.
@@ -92,10 +98,16 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     } else {
         String::new()
     };
-    let ggml_note = if with_ggml {
-        "; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)"
-    } else {
-        ""
+    let ggml_note = match (&args.ggml, with_ggml) {
+        (Some(bin), _) => format!(
+            "; ggml live = {} perf, same threads, interleaved op by op",
+            bin.display()
+        ),
+        (None, true) => {
+            "; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)"
+                .to_string()
+        }
+        (None, false) => String::new(),
     };
     println!(
         "Device {} ({}){threads_note}{ggml_note}",
@@ -115,14 +127,38 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
         with_ggml,
         limits,
     };
-    for case in &cases {
-        if !case_supported(&device, case)? {
-            println!("  {}: not supported on {}", case.name, device.name());
-            continue;
-        }
-        match run_case(&device, stream.as_ref(), case, &opts) {
-            Ok(line) => println!("{line}"),
-            Err(e) => println!("  {}: failed: {e}", case.name),
+    // Op by op: ggml live (if given), then Tessera's cases of that op.
+    let mut i = 0;
+    while i < cases.len() {
+        let op = ggml_live::op_of(&cases[i].ggml).to_string();
+        let group: Vec<&PerfCase> = cases[i..]
+            .iter()
+            .take_while(|c| ggml_live::op_of(&c.ggml) == op)
+            .collect();
+        i += group.len();
+        let live = match &args.ggml {
+            Some(bin) => match ggml_live::measure(bin, &op, threads) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    println!("  ggml {op}: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        for case in group {
+            if !case_supported(&device, case)? {
+                println!("  {}: not supported on {}", case.name, device.name());
+                continue;
+            }
+            let ggml_us = live
+                .as_deref()
+                .and_then(|v| ggml_live::find(v, &case.ggml))
+                .map(|c| c.us_per_run);
+            match run_case(&device, stream.as_ref(), case, &opts, ggml_us) {
+                Ok(line) => println!("{line}"),
+                Err(e) => println!("  {}: failed: {e}", case.name),
+            }
         }
     }
     for nth in [1usize, 2] {
@@ -164,6 +200,7 @@ fn run_case(
     stream: &dyn Stream,
     case: &PerfCase,
     opts: &RunOpts,
+    ggml_us: Option<f64>,
 ) -> Result<String> {
     let (seconds, with_ggml) = (opts.seconds, opts.with_ggml);
     let cost = case.flops.unwrap_or(case.bytes).max(1.0);
@@ -227,10 +264,11 @@ fn run_case(
         us,
         per_run,
         figure,
-        if case.by_time {
-            compare(&case.name, us, false, with_ggml)
-        } else {
-            compare(&case.name, figure, true, with_ggml)
+        match ggml_us {
+            // Live: same op, same shape, measured minutes apart: time ratio.
+            Some(g) => format!("  | ggml live {g:.2} us/run ({:.2}x)", g / us),
+            None if case.by_time => compare(&case.name, us, false, with_ggml),
+            None => compare(&case.name, figure, true, with_ggml),
         }
     ))
 }
