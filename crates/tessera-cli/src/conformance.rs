@@ -24,7 +24,7 @@ pub fn run_test(device: Option<&str>, filter: Option<&str>, verbose: bool) -> Re
             d.as_ref(),
             &RunOptions {
                 filter,
-                n_threads: None,
+                ..RunOptions::default()
             },
         )?;
         if verbose {

@@ -1,6 +1,7 @@
 //! The conformance harness (`tessera-testkit`) on the CPU device: every case
 //! of the catalogue must be supported and must match the f64 reference, with
-//! the default thread count and with 1 and 2 threads.
+//! the default thread count, with 1 and 2 threads, and on every kernel family
+//! (ISA) this machine can run — the scalar fallback included.
 //!
 //! `TESSERA_CONFORMANCE_FILTER=MUL_MAT cargo test -p tessera-cpu --test conformance`
 //! runs a subset (an op name or part of a case name).
@@ -10,10 +11,15 @@
 use tessera_testkit::{Outcome, Report, RunOptions, run_all_with};
 
 fn run(n_threads: Option<usize>) -> Report {
+    run_with(n_threads, "")
+}
+
+fn run_with(n_threads: Option<usize>, stream_params: &str) -> Report {
     let filter = std::env::var("TESSERA_CONFORMANCE_FILTER").ok();
     let options = RunOptions {
         filter: filter.as_deref(),
         n_threads,
+        stream_params,
     };
     let device = tessera_cpu::device();
     run_all_with(device.as_ref(), &options).expect("a CPU stream")
@@ -66,4 +72,14 @@ fn every_case_passes_with_one_thread() {
 #[test]
 fn every_case_passes_with_two_threads() {
     assert_all_pass(&run(Some(2)), "2 threads");
+}
+
+#[test]
+fn every_case_passes_on_every_instruction_set() {
+    let isas = tessera_cpu::isa::Isa::all_available();
+    assert!(isas.contains(&tessera_cpu::isa::Isa::Scalar));
+    for isa in isas {
+        let params = format!("isa={}", isa.name());
+        assert_all_pass(&run_with(Some(2), &params), &params);
+    }
 }

@@ -164,6 +164,8 @@ pub struct RunOptions<'a> {
     pub filter: Option<&'a str>,
     /// Threads of the stream, for devices that have them.
     pub n_threads: Option<usize>,
+    /// Parameters for `Device::new_stream` (e.g. `isa=scalar` on the CPU).
+    pub stream_params: &'a str,
 }
 
 /// Run every case matching `filter` on `device`. A failure to create the
@@ -171,7 +173,7 @@ pub struct RunOptions<'a> {
 pub fn run_all(device: &dyn Device, filter: Option<&str>) -> Report {
     let options = RunOptions {
         filter,
-        n_threads: None,
+        ..RunOptions::default()
     };
     run_all_with(device, &options).unwrap_or_else(|e| {
         let cases = catalogue()
@@ -194,7 +196,7 @@ pub fn run_all(device: &dyn Device, filter: Option<&str>) -> Report {
 
 /// Run the matching cases on one stream of `device` configured by `options`.
 pub fn run_all_with(device: &dyn Device, options: &RunOptions<'_>) -> Result<Report> {
-    let stream = device.new_stream("")?;
+    let stream = device.new_stream(options.stream_params)?;
     if let Some(n) = options.n_threads {
         stream.set_n_threads(n)?;
     }
