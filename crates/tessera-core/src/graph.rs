@@ -271,6 +271,28 @@ impl Graph {
         })
     }
 
+    /// `OP label = dst from [srcs]` (e.g. `MUL_MAT #5 = f32[4,2,1,1] from
+    /// [q4_0[64,4,1,1], f32[64,2,1,1]]`), for error messages that name a node.
+    pub fn describe_node(&self, id: TensorId) -> String {
+        let Ok(node) = self.node(id) else {
+            return format!("{id} (not in the graph)");
+        };
+        let srcs: Vec<String> = node
+            .src_ids()
+            .map(|s| {
+                self.node(s)
+                    .map_or_else(|_| format!("{s}?"), |n| n.layout.describe())
+            })
+            .collect();
+        format!(
+            "{} {} = {} from [{}]",
+            node.op.display_name(),
+            node.label(id),
+            node.layout.describe(),
+            srcs.join(", ")
+        )
+    }
+
     /// Count, for every tensor, how many op nodes read it as a source.
     pub fn use_counts(&self) -> Vec<u32> {
         let mut counts = vec![0u32; self.nodes.len()];

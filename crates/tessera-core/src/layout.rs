@@ -178,6 +178,40 @@ impl Layout {
         self.ne[2] == 1 && self.ne[3] == 1
     }
 
+    /// No two elements share a byte: with the dimensions sorted by stride,
+    /// each stride is at least the span of all faster dimensions. A result
+    /// written through a layout that is not self-disjoint (a broadcast view,
+    /// interleaved strides) would race with itself.
+    pub fn is_self_disjoint(&self) -> bool {
+        if self.ne.contains(&0) || self.is_contiguous() {
+            return true;
+        }
+        let bs = self.dtype.block_size();
+        // (stride, extent) of the dimensions with more than one element.
+        let mut dims = [(0usize, 0usize); MAX_DIMS];
+        let mut k = 0;
+        for i in 0..MAX_DIMS {
+            let n = if i == 0 { self.ne[0] / bs } else { self.ne[i] };
+            if n > 1 {
+                dims[k] = (self.nb[i], n);
+                k += 1;
+            }
+        }
+        let dims = &mut dims[..k];
+        dims.sort_unstable();
+        let mut span = self.dtype.type_size();
+        for &mut (nb, n) in dims {
+            if nb < span {
+                return false;
+            }
+            match (n - 1).checked_mul(nb).and_then(|x| x.checked_add(span)) {
+                Some(s) => span = s,
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// Byte offset of element (i0, i1, i2, i3); `i0` must be a block start for
     /// quantized types.
     pub fn offset_of(&self, idx: [usize; MAX_DIMS]) -> usize {
@@ -255,6 +289,30 @@ mod tests {
         ));
         assert!(Layout::contiguous(DType::F32, &[1, 1, 1, 1, 1]).is_err());
         assert_eq!(Layout::contiguous(DType::F32, &[0, 7]).unwrap().nbytes(), 0);
+    }
+
+    #[test]
+    fn self_disjoint_layouts() {
+        let c = Layout::contiguous(DType::F32, &[3, 4, 5]).unwrap();
+        assert!(c.is_self_disjoint());
+        let t = Layout {
+            ne: [4, 3, 5, 1],
+            nb: [12, 4, 48, 240],
+            ..c
+        };
+        assert!(t.is_self_disjoint());
+        let bcast = Layout {
+            nb: [4, 0, 48, 240],
+            ..c
+        };
+        assert!(!bcast.is_self_disjoint());
+        let interleaved = Layout {
+            nb: [4, 8, 48, 240],
+            ..c
+        };
+        assert!(!interleaved.is_self_disjoint());
+        let q = Layout::contiguous(DType::Q4_0, &[64, 3]).unwrap();
+        assert!(q.is_self_disjoint());
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub struct Barrier {
 }
 
 impl Barrier {
-    fn new() -> Self {
+    /// A barrier for one thread (reset it before using it for more).
+    pub(crate) const fn new() -> Self {
         Barrier {
             n: AtomicUsize::new(1),
             arrived: AtomicUsize::new(0),

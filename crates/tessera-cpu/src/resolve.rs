@@ -7,12 +7,15 @@
 //! `kernels` module allows ([`check_overlap`]); a result's buffer accepts
 //! writes ([`check_writable`]). Per-compute caches keep this to one check per
 //! tensor ([`Cache`], [`SaneCache`]): it runs for every node of every
-//! compute, so it is part of the per-node overhead.
+//! compute, so it is part of the per-node overhead. [`PlanCache`] remembers
+//! what a plan was built from, so that recomputing an unchanged graph on an
+//! unchanged placement skips all of this after one comparison pass.
 
 use std::ptr::NonNull;
+use std::sync::{Arc, Weak};
 
 use tessera::buffer::check_range;
-use tessera::{Error, Graph, Op, Placement, Result, TensorId};
+use tessera::{Buffer, Error, Graph, Layout, MAX_SRC, Node, Op, Placement, Result, TensorId};
 
 use crate::kernels::TensorRef;
 use crate::kernels::elem::elem_align;
@@ -31,7 +34,7 @@ pub(crate) fn check_writable(graph: &Graph, placement: &Placement, id: TensorId)
             "CPU",
             format!(
                 "{}: writing the result into read-only buffer '{}'",
-                support::describe(graph, id),
+                graph.describe_node(id),
                 place.buffer.name()
             ),
         )),
@@ -186,6 +189,174 @@ pub(crate) fn check_overlap(
     }
     Err(Error::InvalidLayout(format!(
         "{}: the result's memory overlaps operand {i}; only in-place ops may share memory, and only with an identical layout",
-        support::describe(graph, id)
+        graph.describe_node(id)
     )))
+}
+
+/// What a plan was built from, so the next compute of the same graph on the
+/// same placement can reuse it instead of validating and resolving again.
+///
+/// A plan depends on: every node of the computed range (its op, layout,
+/// operands, view source and offset; a node that computes nothing today
+/// could compute tomorrow), the same of every operand outside the range,
+/// each of these tensors' placement (buffer identity and offset), the
+/// buffers' size, host pointer and writability, the range and the thread
+/// count. [`PlanCache::hit`] compares all of it; when everything is equal,
+/// every check the executor made (bounds, alignment, overlap, read-only
+/// buffers, `supports_op`) would give the same answer and every resolved
+/// pointer is the same, so the plan is reused. Names and flags are not
+/// compared: nothing checked or resolved depends on them.
+///
+/// Buffers are remembered by [`Weak`] reference: the cache never keeps a
+/// buffer's memory alive, and a remembered buffer's allocation cannot be
+/// reused for another buffer while the `Weak` exists, so pointer identity
+/// is reliable.
+#[derive(Debug, Default)]
+pub(crate) struct PlanCache {
+    valid: bool,
+    range: (usize, usize),
+    nth: usize,
+    /// The tensors the plan depends on, in id order.
+    ids: Vec<u32>,
+    /// Per entry of `ids`: the node as it was.
+    keys: Vec<NodeKey>,
+    /// Per entry of `ids`: (buffer identity, offset), or (0, 0) if unplaced.
+    places: Vec<(usize, usize)>,
+    /// Distinct buffers: the buffer, its size, host pointer and writability.
+    buffers: Vec<(Weak<dyn Buffer>, usize, usize, bool)>,
+    /// Scratch bytes the plan needs.
+    pub(crate) scratch_bytes: usize,
+}
+
+/// The parts of a node a plan depends on.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeKey {
+    layout: Layout,
+    op: Op,
+    srcs: [Option<TensorId>; MAX_SRC],
+    view_src: Option<TensorId>,
+    view_offs: usize,
+}
+
+impl NodeKey {
+    fn of(n: &Node) -> Self {
+        NodeKey {
+            layout: n.layout,
+            op: n.op,
+            srcs: n.srcs,
+            view_src: n.view_src,
+            view_offs: n.view_offs,
+        }
+    }
+
+    #[inline]
+    fn matches(&self, n: &Node) -> bool {
+        self.layout == n.layout
+            && self.srcs == n.srcs
+            && self.op == n.op
+            && self.view_src == n.view_src
+            && self.view_offs == n.view_offs
+    }
+}
+
+/// Identity of a placement entry: (buffer address, offset).
+#[inline]
+fn place_key(placement: &Placement, id: TensorId) -> (usize, usize) {
+    placement.get(id).map_or((0, 0), |p| {
+        (Arc::as_ptr(&p.buffer) as *const u8 as usize, p.offset)
+    })
+}
+
+impl PlanCache {
+    /// Forget the plan (call before planning, so a failed plan is never reused).
+    pub(crate) fn invalidate(&mut self) {
+        self.valid = false;
+    }
+
+    /// Is the remembered plan valid for computing `range` of `graph` on
+    /// `placement` with `nth` threads?
+    pub(crate) fn hit(
+        &self,
+        graph: &Graph,
+        placement: &Placement,
+        range: (usize, usize),
+        nth: usize,
+    ) -> bool {
+        if !self.valid || self.range != range || self.nth != nth {
+            return false;
+        }
+        let nodes = graph.nodes();
+        for ((&id, key), &place) in self.ids.iter().zip(&self.keys).zip(&self.places) {
+            let Some(n) = nodes.get(id as usize) else {
+                return false;
+            };
+            if !key.matches(n) || place_key(placement, TensorId::from_index(id)) != place {
+                return false;
+            }
+        }
+        self.buffers.iter().all(|(b, size, ptr, writable)| {
+            b.upgrade().is_some_and(|b| {
+                b.size() == *size
+                    && b.host_ptr().map_or(0, |p| p.as_ptr() as usize) == *ptr
+                    && b.is_writable() == *writable
+            })
+        })
+    }
+
+    /// Remember the plan just built for `range` of `graph` on `placement`
+    /// with `nth` threads.
+    pub(crate) fn record(
+        &mut self,
+        graph: &Graph,
+        placement: &Placement,
+        range: (usize, usize),
+        nth: usize,
+        scratch_bytes: usize,
+    ) {
+        self.ids.clear();
+        self.keys.clear();
+        self.places.clear();
+        self.buffers.clear();
+        let nodes = graph.nodes();
+        let mut ids: Vec<u32> = Vec::new();
+        for idx in range.0..range.1 {
+            let Some(n) = nodes.get(idx) else { break };
+            ids.push(idx as u32);
+            if !n.op.is_leaf() {
+                ids.extend(n.src_ids().map(|s| s.index() as u32));
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        for &id in &ids {
+            let Some(n) = nodes.get(id as usize) else {
+                // An id outside the graph: never plan on it.
+                self.valid = false;
+                return;
+            };
+            let tid = TensorId::from_index(id);
+            self.keys.push(NodeKey::of(n));
+            self.places.push(place_key(placement, tid));
+            if let Some(p) = placement.get(tid) {
+                let addr = Arc::as_ptr(&p.buffer) as *const u8 as usize;
+                if !self
+                    .buffers
+                    .iter()
+                    .any(|(b, ..)| b.as_ptr() as *const u8 as usize == addr)
+                {
+                    self.buffers.push((
+                        Arc::downgrade(&p.buffer),
+                        p.buffer.size(),
+                        p.buffer.host_ptr().map_or(0, |h| h.as_ptr() as usize),
+                        p.buffer.is_writable(),
+                    ));
+                }
+            }
+        }
+        self.ids = ids;
+        self.range = range;
+        self.nth = nth;
+        self.scratch_bytes = scratch_bytes;
+        self.valid = true;
+    }
 }

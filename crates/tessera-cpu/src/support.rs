@@ -54,7 +54,7 @@ pub(crate) fn supports_op_memo(graph: &Graph, id: TensorId, memo: &mut impl Sane
         }
     }
     let dst = &node.layout;
-    memo.sane(id, dst) && self_disjoint(dst) && op_supported(&node.op, dst, &src)
+    memo.sane(id, dst) && dst.is_self_disjoint() && op_supported(&node.op, dst, &src)
 }
 
 /// `supports_op` on layouts: the op's rules for these operand layouts.
@@ -264,89 +264,10 @@ pub fn span_bytes(l: &Layout) -> Option<usize> {
     Some(bytes)
 }
 
-/// No two elements of `l` share a byte: sorted by stride, each dimension's
-/// stride is at least the span of all faster dimensions.
-pub fn self_disjoint(l: &Layout) -> bool {
-    if l.ne.contains(&0) || l.is_contiguous() {
-        return true;
-    }
-    let bs = l.dtype.block_size();
-    // (stride, extent) of the dimensions with more than one element; no
-    // allocation: this runs for every node of every compute.
-    let mut dims = [(0usize, 0usize); 4];
-    let mut k = 0;
-    for i in 0..4 {
-        let n = if i == 0 { l.ne[0] / bs } else { l.ne[i] };
-        if n > 1 {
-            dims[k] = (l.nb[i], n);
-            k += 1;
-        }
-    }
-    let dims = &mut dims[..k];
-    dims.sort_unstable();
-    let mut span = l.dtype.type_size();
-    for &mut (nb, n) in dims {
-        if nb < span {
-            return false;
-        }
-        match (n - 1).checked_mul(nb).and_then(|x| x.checked_add(span)) {
-            Some(s) => span = s,
-            None => return false,
-        }
-    }
-    true
-}
-
-/// `OP (node label): dst from srcs`, for error messages.
-pub fn describe(graph: &Graph, id: TensorId) -> String {
-    let Ok(node) = graph.node(id) else {
-        return format!("{id} (not in the graph)");
-    };
-    let srcs: Vec<String> = node
-        .src_ids()
-        .map(|s| {
-            graph
-                .node(s)
-                .map_or_else(|_| format!("{s}?"), |n| n.layout.describe())
-        })
-        .collect();
-    format!(
-        "{} {} = {} from [{}]",
-        node.op.display_name(),
-        node.label(id),
-        node.layout.describe(),
-        srcs.join(", ")
-    )
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn disjoint_layouts() {
-        let c = Layout::contiguous(DType::F32, &[3, 4, 5]).unwrap();
-        assert!(self_disjoint(&c));
-        let t = Layout {
-            ne: [4, 3, 5, 1],
-            nb: [12, 4, 48, 240],
-            ..c
-        };
-        assert!(self_disjoint(&t));
-        let bcast = Layout {
-            nb: [4, 0, 48, 240],
-            ..c
-        };
-        assert!(!self_disjoint(&bcast));
-        let interleaved = Layout {
-            nb: [4, 8, 48, 240],
-            ..c
-        };
-        assert!(!self_disjoint(&interleaved));
-        let q = Layout::contiguous(DType::Q4_0, &[64, 3]).unwrap();
-        assert!(self_disjoint(&q));
-    }
 
     #[test]
     fn span_bytes_is_checked_nbytes() {

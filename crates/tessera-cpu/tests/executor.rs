@@ -421,3 +421,184 @@ fn thread_count_settings() {
     );
     let _ = Placement::new(&r.graph);
 }
+
+/// A host buffer whose writability and address can change between
+/// computes (a plan reused across computes must notice both).
+#[derive(Debug)]
+struct Switchable {
+    inner: [Arc<dyn Buffer>; 2],
+    which: AtomicUsize,
+    writable: std::sync::atomic::AtomicBool,
+}
+
+impl Buffer for Switchable {
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.inner[0].buffer_type()
+    }
+    fn size(&self) -> usize {
+        self.inner[0].size()
+    }
+    fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.cur().host_ptr()
+    }
+    fn is_writable(&self) -> bool {
+        self.writable.load(Ordering::SeqCst)
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> tessera::Result<()> {
+        self.cur().write(offset, data)
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> tessera::Result<()> {
+        self.cur().read(offset, out)
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) -> tessera::Result<()> {
+        self.cur().fill(offset, len, value)
+    }
+    fn usage(&self) -> BufferUsage {
+        self.inner[0].usage()
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.inner[0].set_usage(usage)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Switchable {
+    fn cur(&self) -> &Arc<dyn Buffer> {
+        &self.inner[self.which.load(Ordering::SeqCst) % 2]
+    }
+}
+
+#[test]
+fn a_reused_plan_notices_buffer_changes() {
+    let bt = tessera_cpu::device().buffer_type();
+    let sw = Arc::new(Switchable {
+        inner: [bt.alloc_buffer(256).unwrap(), bt.alloc_buffer(256).unwrap()],
+        which: AtomicUsize::new(0),
+        writable: std::sync::atomic::AtomicBool::new(true),
+    });
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[4]).unwrap();
+    let out = g.scale(a, 3.0).unwrap();
+    let mut p = Placement::new(&g);
+    for (id, offset) in [(a, 0), (out, 64)] {
+        let buffer: Arc<dyn Buffer> = sw.clone();
+        p.set(&g, id, Place { buffer, offset }).unwrap();
+    }
+    let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let read = |b: &Arc<dyn Buffer>| {
+        let mut o = [0u8; 16];
+        b.read(64, &mut o).unwrap();
+        o.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    for threads in [1, 2] {
+        let stream = cpu_util::stream(threads);
+        sw.which.store(0, Ordering::SeqCst);
+        sw.writable.store(true, Ordering::SeqCst);
+        sw.inner[0].write(0, &f32s(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+        sw.inner[1].write(0, &f32s(&[5.0, 6.0, 7.0, 8.0])).unwrap();
+        stream.compute(&g, &p).unwrap();
+        assert_eq!(read(&sw.inner[0]), vec![3.0, 6.0, 9.0, 12.0]);
+        // Same graph, same placement, the buffer moved: the new memory is used.
+        sw.which.store(1, Ordering::SeqCst);
+        stream.compute(&g, &p).unwrap();
+        assert_eq!(read(&sw.inner[1]), vec![15.0, 18.0, 21.0, 24.0]);
+        // Now read-only: writing the result is refused again.
+        sw.writable.store(false, Ordering::SeqCst);
+        let e = stream.compute(&g, &p).unwrap_err();
+        assert!(matches!(&e, Error::Unsupported { what, .. } if what.contains("read-only")), "{e:?}");
+        sw.writable.store(true, Ordering::SeqCst);
+        stream.compute(&g, &p).unwrap();
+    }
+}
+
+#[test]
+fn a_reused_plan_follows_graph_and_placement_changes() {
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[8]).unwrap();
+    let b = g.new_tensor(DType::F32, &[8]).unwrap();
+    let c = g.add(a, b).unwrap();
+    let r = place(g);
+    r.set(a, &[1.0; 8]);
+    r.set(b, &[2.0; 8]);
+    let stream = cpu_util::stream(2);
+    stream.compute(&r.graph, &r.placement).unwrap();
+    assert_eq!(r.get(c), vec![3.0; 8]);
+    // The result moves (over `a`, an allowed in-place placement).
+    let mut p = r.placement.clone();
+    let pa = r.placement.get(a).unwrap().clone();
+    p.set(&r.graph, c, pa).unwrap();
+    stream.compute(&r.graph, &p).unwrap();
+    let moved = cpu_util::Placed {
+        placement: p.clone(),
+        graph: r.graph.clone(),
+        buffer: r.buffer.clone(),
+    };
+    assert_eq!(moved.get(a), vec![3.0; 8]);
+    // The same ids with other ops: a new graph of equal length.
+    let mut g2 = Graph::new();
+    let a2 = g2.new_tensor(DType::F32, &[8]).unwrap();
+    let b2 = g2.new_tensor(DType::F32, &[8]).unwrap();
+    let c2 = g2.mul(a2, b2).unwrap();
+    stream.compute(&g2, &p).unwrap();
+    assert_eq!(moved.get(a), vec![6.0; 8]);
+    // The graph grows: the new node is computed.
+    let mut g3 = g2.clone();
+    let d3 = g3.scale(c2, 0.5).unwrap();
+    let mut p3 = p.clone();
+    let pb = r.placement.get(b).unwrap().clone();
+    p3.set(&g3, d3, pb).unwrap();
+    stream.compute(&g3, &p3).unwrap();
+    assert_eq!(moved.get(a), vec![12.0; 8]);
+    assert_eq!(moved.get(b), vec![6.0; 8]);
+}
+
+#[test]
+fn data_errors_are_caught_when_a_plan_is_reused() {
+    let mut g = Graph::new();
+    let table = g.new_tensor(DType::F32, &[4, 3]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[2]).unwrap();
+    let rows = g.get_rows(table, ids).unwrap();
+    let r = place(g);
+    r.set(table, &(0..12).map(f64::from).collect::<Vec<_>>());
+    r.set(ids, &[2.0, 0.0]);
+    for threads in [1, 2] {
+        let stream = cpu_util::stream(threads);
+        stream.compute(&r.graph, &r.placement).unwrap();
+        assert_eq!(r.get(rows), vec![8.0, 9.0, 10.0, 11.0, 0.0, 1.0, 2.0, 3.0]);
+        r.set(ids, &[3.0, 0.0]);
+        let e = stream.compute(&r.graph, &r.placement).unwrap_err();
+        assert!(matches!(&e, Error::OutOfBounds(m) if m.contains("index 3")), "{e:?}");
+        r.set(ids, &[2.0, 0.0]);
+    }
+}
+
+#[test]
+fn long_chains_of_tiny_nodes_are_exact_on_any_thread_count() {
+    // Solo scheduling: thread 0 runs tiny nodes back to back; big nodes in
+    // between are shared by every thread.
+    let mut g = Graph::new();
+    let x0 = g.new_tensor(DType::F32, &[16]).unwrap();
+    let big = g.new_tensor(DType::F32, &[40000]).unwrap();
+    let one = g.new_tensor(DType::F32, &[16]).unwrap();
+    let mut x = x0;
+    let mut y = big;
+    for k in 0..50 {
+        x = g.add(x, one).unwrap();
+        if k % 10 == 0 {
+            y = g.add(y, big).unwrap();
+        }
+    }
+    let r = place(g);
+    r.set(x0, &[0.0; 16]);
+    r.set(one, &[1.0; 16]);
+    r.set(big, &vec![1.0; 40000]);
+    for threads in [1, 2, 3] {
+        r.compute(threads).unwrap();
+        assert_eq!(r.get(x), vec![50.0; 16], "{threads} threads");
+        assert_eq!(r.get(y), vec![6.0; 40000], "{threads} threads");
+    }
+}

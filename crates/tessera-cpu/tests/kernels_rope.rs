@@ -91,7 +91,8 @@ fn check(t: DType, p: RopeParams, with_ff: bool, in_place: bool) {
             .unwrap();
     }
     let mut rng = Rng::new(30);
-    r.set(a, &rng.vec(ne.iter().product(), -1.0, 1.0));
+    let input = rng.vec(ne.iter().product(), -1.0, 1.0);
+    r.set(a, &input);
     r.set(pos, &POS.map(f64::from));
     let ffv = ff.map(|f| {
         let v = rng.vec(p.n_dims / 2, 1.0, 4.0);
@@ -99,7 +100,6 @@ fn check(t: DType, p: RopeParams, with_ff: bool, in_place: bool) {
         r.get(f)
     });
     let av = r.get(a);
-    r.compute(3).unwrap();
     let mut want = Vec::new();
     for i3 in 0..ne[3] {
         for (i2, &position) in POS.iter().enumerate() {
@@ -114,20 +114,26 @@ fn check(t: DType, p: RopeParams, with_ff: bool, in_place: bool) {
             }
         }
     }
-    let what = format!(
-        "{t} {:?} ff {with_ff} in place {in_place} ext {}",
-        p.mode, p.ext_factor
-    );
-    let got = r.get(out);
-    assert_close(&what, &got, &want, 1e-4, 2.0 * eps(t));
-    // Dimensions past n_dims are copied bit for bit.
-    for row in 0..got.len() / ne[0] {
-        for i in p.n_dims..ne[0] {
-            assert_eq!(
-                got[row * ne[0] + i],
-                av[row * ne[0] + i],
-                "{what}: pass-through"
-            );
+    // Thread counts split the rows mid-position and mid-sequence (the
+    // kernel prepares the next position's angles while rotating).
+    for threads in [1, 2, 3] {
+        r.set(a, &input);
+        r.compute(threads).unwrap();
+        let what = format!(
+            "{t} {:?} ff {with_ff} in place {in_place} ext {} threads {threads}",
+            p.mode, p.ext_factor
+        );
+        let got = r.get(out);
+        assert_close(&what, &got, &want, 1e-4, 2.0 * eps(t));
+        // Dimensions past n_dims are copied bit for bit.
+        for row in 0..got.len() / ne[0] {
+            for i in p.n_dims..ne[0] {
+                assert_eq!(
+                    got[row * ne[0] + i],
+                    av[row * ne[0] + i],
+                    "{what}: pass-through"
+                );
+            }
         }
     }
 }

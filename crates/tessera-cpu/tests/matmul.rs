@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use tessera::{DType, Layout, MAX_SRC, MUL_MAT_WEIGHT_TYPES, Op};
 use tessera_cpu::isa::Isa;
-use tessera_cpu::kernels::act_quant::convert_row;
+use tessera_cpu::kernels::act_quant::{convert_row, convert_row_isa};
 use tessera_cpu::kernels::matmul::{mul_mat, mul_mat_scratch_size, mul_mat_supported};
 use tessera_cpu::kernels::{NodeCtx, Scratch, TensorRef};
 use tessera_cpu::pool::ThreadPool;
@@ -438,11 +438,54 @@ fn unsupported_operands_are_refused_and_bad_nodes_fail_on_every_thread() {
 fn activation_conversion_is_bit_identical_to_the_reference_quantizer() {
     let mut rng = Rng(5);
     for t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q8K] {
-        let x: Vec<f32> = (0..1024).map(|_| rng.f32() * 3.0).collect();
+        // Random values, plus blocks built to hit the rounding edges: with a
+        // largest magnitude of 127 the Q8 scales are exactly 1, so x.5
+        // values are ties (away from zero for Q8_0, to even for Q8K), and
+        // both signs of the largest magnitude appear.
+        let mut x: Vec<f32> = (0..1024).map(|_| rng.f32() * 3.0).collect();
+        x.extend((0..256).map(|i| match i % 8 {
+            0 => 127.0,
+            1 => -127.0,
+            2 => (i % 64) as f32 - 31.5,
+            3 => -0.0,
+            _ => ((i * 7) % 255) as f32 * 0.5 - 63.5,
+        }));
+        x.extend((0..256).map(|i| if i == 3 { -127.0 } else { (i % 9) as f32 - 4.5 }));
+        x.extend([0.0f32; 256]);
         let n = t.row_size(x.len()).unwrap();
         let (mut mine, mut theirs) = (vec![0u8; n], vec![0u8; n]);
-        convert_row(t, &x, &mut mine).unwrap();
         tessera::quant::from_f32(t, &x, &mut theirs).unwrap();
+        convert_row(t, &x, &mut mine).unwrap();
         assert_eq!(mine, theirs, "{t}");
+        for isa in Isa::all_available() {
+            // Odd lengths too (whole blocks of the type).
+            for len in [x.len(), 256, 512 + 256, t.block_size()] {
+                let m = t.row_size(len).unwrap();
+                let mut out = vec![0u8; m];
+                convert_row_isa(isa, t, &x[..len], &mut out).unwrap();
+                assert_eq!(out, theirs[..m], "{t} {isa:?} len={len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_conversion_of_non_finite_values_matches_on_every_isa() {
+    let mut x: Vec<f32> = (0..256).map(|i| (i as f32 - 100.0) * 0.37).collect();
+    x[5] = f32::NAN;
+    x[40] = f32::INFINITY;
+    x[77] = f32::NEG_INFINITY;
+    x[200] = -f32::NAN;
+    // A block of NaNs and zeros only.
+    x.extend((0..256).map(|i| if i % 3 == 0 { f32::NAN } else { 0.0 }));
+    for t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q8K] {
+        let n = t.row_size(x.len()).unwrap();
+        let mut want = vec![0u8; n];
+        convert_row(t, &x, &mut want).unwrap();
+        for isa in Isa::all_available() {
+            let mut got = vec![0u8; n];
+            convert_row_isa(isa, t, &x, &mut got).unwrap();
+            assert_eq!(got, want, "{t} {isa:?}");
+        }
     }
 }

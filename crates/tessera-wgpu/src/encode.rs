@@ -92,7 +92,7 @@ pub(crate) fn compute(
     for id in ids() {
         let node = &graph[id];
         if !node.is_leaf() && !node.op.is_view() && !support::supports_op(graph, id) {
-            return Err(Error::unsupported(&core.name, support::describe(graph, id)));
+            return Err(Error::unsupported(&core.name, graph.describe_node(id)));
         }
     }
     placement.check_complete(graph, start..end)?;
@@ -118,7 +118,7 @@ fn annotate(e: Error, graph: &Graph, id: TensorId) -> Error {
     match e {
         Error::Device { device, message } => Error::Device {
             device,
-            message: format!("{message} (node {})", support::describe(graph, id)),
+            message: format!("{message} (node {})", graph.describe_node(id)),
         },
         other => other,
     }
@@ -472,7 +472,7 @@ fn encode_node(
             let params = call.params;
             call.record(batch, core, "flash_attn_ext", ATTENTION, params, groups)
         }
-        _ => Err(Error::unsupported(&core.name, support::describe(graph, id))),
+        _ => Err(Error::unsupported(&core.name, graph.describe_node(id))),
     }
 }
 

@@ -44,7 +44,7 @@ pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
     let dst = node.layout;
     if !view_aligned(dst.dtype, node.view_offs)
         || !sane(&dst)
-        || !self_disjoint(&dst)
+        || !dst.is_self_disjoint()
         || !src.iter().flatten().all(sane)
     {
         return false;
@@ -279,55 +279,3 @@ fn sane(l: &Layout) -> bool {
             || l.nb[0] == l.dtype.type_size())
 }
 
-/// No two elements of `l` share a byte (each stride, sorted, is at least the
-/// span of the faster dimensions).
-pub fn self_disjoint(l: &Layout) -> bool {
-    if l.ne.contains(&0) {
-        return true;
-    }
-    let bs = l.dtype.block_size();
-    let mut dims = [(0usize, 0usize); 4];
-    let mut k = 0;
-    for i in 0..4 {
-        let n = if i == 0 { l.ne[0] / bs } else { l.ne[i] };
-        if n > 1 {
-            dims[k] = (l.nb[i], n);
-            k += 1;
-        }
-    }
-    let dims = &mut dims[..k];
-    dims.sort_unstable();
-    let mut span = l.dtype.type_size();
-    for &mut (nb, n) in dims {
-        if nb < span {
-            return false;
-        }
-        match (n - 1).checked_mul(nb).and_then(|x| x.checked_add(span)) {
-            Some(s) => span = s,
-            None => return false,
-        }
-    }
-    true
-}
-
-/// `OP label = dst from [srcs]`, for error messages.
-pub fn describe(graph: &Graph, id: TensorId) -> String {
-    let Ok(node) = graph.node(id) else {
-        return format!("{id} (not in the graph)");
-    };
-    let srcs: Vec<String> = node
-        .src_ids()
-        .map(|s| {
-            graph
-                .node(s)
-                .map_or_else(|_| format!("{s}?"), |n| n.layout.describe())
-        })
-        .collect();
-    format!(
-        "{} {} = {} from [{}]",
-        node.op.display_name(),
-        node.label(id),
-        node.layout.describe(),
-        srcs.join(", ")
-    )
-}

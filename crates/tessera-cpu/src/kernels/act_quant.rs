@@ -7,7 +7,8 @@
 //! are bit-identical to ggml's reference quantizers (`quantize_row_q8_0_ref`,
 //! `quantize_row_q8_K_ref`, `GGML_FP32_TO_FP16`, `ggml_compute_fp32_to_bf16`),
 //! and therefore to `tessera::quant::from_f32`; the kernels own a copy so the
-//! hot path needs no dispatch per block and so it can later get SIMD paths.
+//! hot path needs no dispatch per block, and [`convert_row_isa`] adds the
+//! AVX2 conversions of [`super::act_quant_avx2`] (bit-identical too).
 //!
 //! Block layouts (little-endian, as ggml stores them):
 //! - Q8_0 (34 bytes / 32 values): `d: f16`, `qs: [i8; 32]`;
@@ -15,6 +16,8 @@
 //!   (sums of 16 consecutive `qs`, used by the K-quant dot products).
 
 use tessera::{DType, Error, Result};
+
+use crate::isa::Isa;
 
 /// Values converted per step of [`convert_strided`]: a multiple of every
 /// block size, small enough for the stack.
@@ -68,14 +71,36 @@ pub fn convert_row(dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// [`convert_row`] with the conversion of `isa` (the AVX2 one where the CPU
+/// has it: bit-identical, see [`super::act_quant_avx2`]).
+pub fn convert_row_isa(isa: Isa, dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if isa == Isa::Avx2
+        && let Some(f) = super::act_quant_avx2::convert_fn(dst_type)
+    {
+        let want = dst_type.row_size(src.len())?;
+        if dst.len() != want {
+            return Err(Error::InvalidLayout(format!(
+                "converting {} f32 values to {dst_type} needs {want} bytes, {} given",
+                src.len(),
+                dst.len()
+            )));
+        }
+        f(src, dst);
+        return Ok(());
+    }
+    convert_row(dst_type, src, dst)
+}
+
 /// Convert `n` f32 values, read from `src` with a byte stride of `stride`
-/// (unaligned reads are fine), into `dst` (`dst_type.row_size(n)` bytes).
-/// This gathers [`GROUP`] values at a time into a stack buffer, so permuted
-/// or transposed activations need no extra scratch.
+/// (unaligned reads are fine), into `dst` (`dst_type.row_size(n)` bytes),
+/// with the conversion of `isa`. Contiguous, aligned rows are converted in
+/// place; others are gathered [`GROUP`] values at a time into a stack
+/// buffer, so permuted or transposed activations need no extra scratch.
 ///
 /// # Safety
 /// For every `i < n`, the 4 bytes at `src + i * stride` must be readable.
 pub unsafe fn convert_strided(
+    isa: Isa,
     dst_type: DType,
     src: *const u8,
     stride: usize,
@@ -88,6 +113,12 @@ pub unsafe fn convert_strided(
             "converting {n} f32 values to {dst_type} needs {want} bytes, {} given",
             dst.len()
         )));
+    }
+    if stride == 4 && (src as usize).is_multiple_of(align_of::<f32>()) {
+        // SAFETY: the caller guarantees n contiguous f32 at `src`, which is
+        // aligned (checked).
+        let row = unsafe { std::slice::from_raw_parts(src.cast::<f32>(), n) };
+        return convert_row_isa(isa, dst_type, row, dst);
     }
     let bs = dst_type.block_size();
     let ts = dst_type.type_size();
@@ -104,7 +135,7 @@ pub unsafe fn convert_strided(
         let out = dst.get_mut(o0..o1).ok_or_else(|| {
             Error::OutOfBounds(format!("activation conversion to {dst_type} past its row"))
         })?;
-        convert_row(dst_type, &buf[..len], out)?;
+        convert_row_isa(isa, dst_type, &buf[..len], out)?;
         done += len;
     }
     Ok(())
@@ -230,7 +261,7 @@ mod tests {
             let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
             convert_row(t, &x, &mut a).unwrap();
             // SAFETY: 512 values with an 8-byte stride lie inside `wide`.
-            unsafe { convert_strided(t, wide.as_ptr().cast(), 8, 512, &mut b).unwrap() };
+            unsafe { convert_strided(Isa::Scalar, t, wide.as_ptr().cast(), 8, 512, &mut b).unwrap() };
             assert_eq!(a, b, "{t}");
             assert!(convert_row(t, &x, &mut a[1..]).is_err());
         }

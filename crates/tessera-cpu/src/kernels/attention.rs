@@ -8,31 +8,42 @@
 //! output row is `sum_j softmax(s)_j v_j`, written at `dst[:, iq2, iq1, iq3]`
 //! (heads and queries swapped, as in ggml).
 //!
-//! The softmax is online (running maximum and sum, one pass over K/V), taken
-//! [`KV_BLOCK`] keys at a time: the block's scores first, then one rescale of
-//! the accumulator per block instead of one per new maximum. Like ggml, `q`
-//! is first converted to K's type (F16 K: `q` is rounded to f16) so the dot
-//! products are the MUL_MAT ones; unlike ggml, F16 V rows are accumulated in
-//! f32, not f16.
+//! Work is cut into *groups*: up to [`GROUP_ROWS`] output rows of one batch
+//! entry that share a KV head (the query heads of one KV head under GQA, and
+//! the queries of a prompt). A group reads each block of [`KV_BLOCK`] K and V
+//! rows once for all its rows: the scores come from the MUL_MAT multi-row
+//! dot products (several K rows against several queries per call), the
+//! softmax weights from a vector `exp`, and the V rows are accumulated into
+//! all the group's accumulators while loaded (see [`super::attention_vec`]).
+//! The softmax is online (running maximum and sum per row, one rescale per
+//! block). Like ggml, `q` is first converted to K's type (F16 K: `q` is
+//! rounded to f16) so the dot products are the MUL_MAT ones; unlike ggml, F16
+//! V rows are accumulated in f32, not f16. The computation of one group
+//! lives in [`super::attention_group`].
 //!
-//! Masked entries (`mask * slope == -inf`) and scores of `-inf` get weight 0.
-//! A row with no other entry (fully masked) has a zero sum; ggml outputs
-//! zeros for it (`S == 0` gives `1/S := 0`), and so does Tessera. NaN scores
-//! propagate to the output row.
+//! Masked entries (`mask * slope == -inf`) and scores of `-inf` get weight 0,
+//! and a key masked for every row of a group is not read at all. A row with
+//! no other entry (fully masked) has a zero sum; ggml outputs zeros for it
+//! (`S == 0` gives `1/S := 0`), and so does Tessera. NaN scores propagate to
+//! the output row.
 //!
-//! Threads split the rows (query, head, batch) into contiguous ranges; each
-//! uses its own part of the scratch for the converted `q`, the accumulator
-//! and a block of scores. No barrier is needed.
+//! Threads split the groups into contiguous ranges; each uses its own part
+//! of the scratch for the converted queries, the accumulators and a block of
+//! scores. No barrier is needed.
 
 use tessera::{DType, Error, Layout, Op, Result};
 
-use super::act_quant::convert_strided;
-use super::attention_vec::axpy_fn;
-use super::dot::dot_fn;
-use super::{NodeCtx, TensorRef};
+
+use super::NodeCtx;
+use super::attention_group::{Group, GroupBufs};
+use super::attention_vec::{exp_fn, f16_row_fn, vacc_fn};
+use super::dot::{dot_fn, tile_fn};
 
 /// Keys scored per step of the online softmax.
 pub const KV_BLOCK: usize = 64;
+
+/// Most output rows computed together against one pass over K and V.
+pub const GROUP_ROWS: usize = 8;
 
 /// Can the CPU run flash attention with these operands (mask optional)?
 pub fn flash_attn_supported(q: &Layout, k: &Layout, v: &Layout, mask: Option<&Layout>) -> bool {
@@ -52,12 +63,20 @@ fn padded_f32(n: usize) -> Option<usize> {
     n.checked_mul(4)?.checked_add(63).map(|b| b / 64 * 64)
 }
 
-/// Bytes of one thread's scratch: the converted `q` (at most 4 bytes per
-/// value), the f32 accumulator, and a block of scores, each padded.
+/// The parts of one thread's scratch: [`GROUP_ROWS`] converted queries (at
+/// most 4 bytes per value, each padded to a cache line), the accumulators
+/// (`dv` f32 each, contiguous) and blocks of [`KV_BLOCK`] scores:
+/// (query row bytes, accumulator bytes, total).
+fn parts(q: &Layout, v: &Layout) -> Option<(usize, usize, usize)> {
+    let qb = padded_f32(q.ne[0])?;
+    let ab = padded_f32(v.ne[0].checked_mul(GROUP_ROWS)?)?;
+    let sb = padded_f32(KV_BLOCK * GROUP_ROWS)?;
+    Some((qb, ab, qb.checked_mul(GROUP_ROWS)?.checked_add(ab)?.checked_add(sb)?))
+}
+
+/// Bytes of one thread's scratch.
 fn per_thread(q: &Layout, v: &Layout) -> Option<usize> {
-    padded_f32(q.ne[0])?
-        .checked_add(padded_f32(v.ne[0])?)?
-        .checked_add(padded_f32(KV_BLOCK)?)
+    parts(q, v).map(|p| p.2)
 }
 
 /// The operand checks shared by [`flash_attn_supported`] and the kernel.
@@ -121,7 +140,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         &v.layout,
         mask.as_ref().map(|m| &m.layout),
     )?;
-    let (dk, dv) = (k.ne(0), v.ne(0));
+    let dv = v.ne(0);
     let (n_q, n_head, ne3) = (q.ne(1), q.ne(2), q.ne(3));
     let ld = ctx.dst.layout;
     let want = [dv, n_head, n_q, ne3];
@@ -131,20 +150,25 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
             format!("dst {ld} must be contiguous f32 {want:?}"),
         ));
     }
-    let rows = ctx.split(n_q * n_head * ne3);
-    if rows.is_empty() || dv == 0 {
+    // Groups: per batch entry and KV head, the n_q * (heads per KV head)
+    // rows sharing that K/V, GROUP_ROWS at a time.
+    let n_kv_head = k.ne(2);
+    let shared = n_q * (n_head / n_kv_head);
+    let per_head = shared.div_ceil(GROUP_ROWS);
+    let groups = ctx.split(ne3 * n_kv_head * per_head);
+    if groups.is_empty() || dv == 0 {
         return Ok(());
     }
-    let dot = dot_fn(k.layout.dtype, ctx.isa).ok_or_else(|| {
-        Error::unsupported("CPU", format!("FLASH_ATTN_EXT with {} K", k.layout.dtype))
-    })?;
-    let axpy = axpy_fn(v.layout.dtype, ctx.isa).ok_or_else(|| {
+    let kt = k.layout.dtype;
+    let dot = dot_fn(kt, ctx.isa)
+        .ok_or_else(|| Error::unsupported("CPU", format!("FLASH_ATTN_EXT with {kt} K")))?;
+    let vacc = vacc_fn(v.layout.dtype, ctx.isa).ok_or_else(|| {
         Error::unsupported("CPU", format!("FLASH_ATTN_EXT with {} V", v.layout.dtype))
     })?;
 
-    // This thread's scratch: [q converted | accumulator | scores].
-    let per = per_thread(&q.layout, &v.layout)
-        .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
+    // This thread's scratch: [queries | accumulators | scores], GROUP_ROWS each.
+    let (q_bytes, a_bytes, per) =
+        parts(&q.layout, &v.layout).ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
     let s = ctx.scratch;
     let start = per
         .checked_mul(ctx.ith)
@@ -159,32 +183,37 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
             ),
         ));
     };
-    // Both fit in `per` (computed with the same padding, checked above).
-    let q_bytes = padded_f32(dk).unwrap_or(0);
-    let sc_off = q_bytes + padded_f32(dv).unwrap_or(0);
-    // SAFETY: start + per <= s.len, so the three parts are inside the scratch;
-    // this thread alone uses [start, start + per); the offsets are multiples of
-    // 64 from a 4-aligned pointer, so the f32 parts are aligned; they do not overlap.
-    let (qbuf, acc, scores) = unsafe {
+    let (qs_len, acc_len) = (GROUP_ROWS * q_bytes, a_bytes);
+    // SAFETY: start + per <= s.len, so the three parts (GROUP_ROWS queries
+    // of q_bytes, the accumulators, the scores: `per` bytes in all) are
+    // inside the scratch; this thread alone uses [start, start + per);
+    // the offsets are multiples of 64 from a 4-aligned pointer, so the f32
+    // parts are aligned; they do not overlap.
+    let mut bufs = unsafe {
         let base = s.ptr.add(start);
-        (
-            std::slice::from_raw_parts_mut(base, q_bytes),
-            std::slice::from_raw_parts_mut(base.add(q_bytes).cast::<f32>(), dv),
-            std::slice::from_raw_parts_mut(base.add(sc_off).cast::<f32>(), KV_BLOCK),
-        )
+        GroupBufs {
+            q: std::slice::from_raw_parts_mut(base, qs_len),
+            q_stride: q_bytes,
+            acc: std::slice::from_raw_parts_mut(base.add(qs_len).cast::<f32>(), acc_len / 4),
+            scores: std::slice::from_raw_parts_mut(
+                base.add(qs_len + acc_len).cast::<f32>(),
+                (per - qs_len - acc_len) / 4,
+            ),
+        }
     };
-    let qconv = qbuf
-        .get_mut(..k.layout.dtype.row_size(dk)?)
-        .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT q buffer".into()))?;
 
-    let row = Row {
+    let group = Group {
         q,
         k,
         v,
         mask,
         dst: ctx.dst,
         dot,
-        axpy,
+        tile: tile_fn(kt, ctx.isa),
+        vacc,
+        exp: exp_fn(ctx.isa),
+        f16_row: f16_row_fn(ctx.isa),
+        isa: ctx.isa,
         scale: if logit_softcap != 0.0 {
             scale / logit_softcap
         } else {
@@ -193,14 +222,17 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         softcap: logit_softcap,
         alibi: Alibi::new(max_bias, n_head),
     };
-    for ir in rows {
-        row.compute(ir, qconv, acc, scores)?;
+    for gi in groups {
+        let (rest, part) = (gi / per_head, gi % per_head);
+        let (iq3, ik2) = (rest / n_kv_head, rest % n_kv_head);
+        let rows = part * GROUP_ROWS..(part * GROUP_ROWS + GROUP_ROWS).min(shared);
+        group.compute(iq3, ik2, rows, &mut bufs)?;
     }
     Ok(())
 }
 
 /// ALiBi slopes as in ggml's softmax and flash attention.
-struct Alibi {
+pub(crate) struct Alibi {
     max_bias: f32,
     n_head_log2: usize,
     m0: f32,
@@ -222,7 +254,7 @@ impl Alibi {
         }
     }
 
-    fn slope(&self, h: usize) -> f32 {
+    pub(crate) fn slope(&self, h: usize) -> f32 {
         if self.max_bias <= 0.0 {
             1.0
         } else if h < self.n_head_log2 {
@@ -233,121 +265,3 @@ impl Alibi {
     }
 }
 
-/// The per-node constants of one attention row computation.
-struct Row {
-    q: TensorRef,
-    k: TensorRef,
-    v: TensorRef,
-    mask: Option<TensorRef>,
-    dst: TensorRef,
-    dot: super::dot::DotFn,
-    axpy: super::attention_vec::AxpyFn,
-    /// `scale`, divided by the softcap when there is one.
-    scale: f32,
-    softcap: f32,
-    alibi: Alibi,
-}
-
-impl Row {
-    /// Output row `ir` (query fastest, then head, then batch).
-    fn compute(
-        &self,
-        ir: usize,
-        qconv: &mut [u8],
-        acc: &mut [f32],
-        scores: &mut [f32],
-    ) -> Result<()> {
-        let (n_q, n_head) = (self.q.ne(1), self.q.ne(2));
-        let (iq1, iq2, iq3) = (ir % n_q, ir / n_q % n_head, ir / (n_q * n_head));
-        let ik2 = iq2 / (n_head / self.k.ne(2));
-        let ik3 = iq3 / (self.q.ne(3) / self.k.ne(3));
-        let (dk, n_kv) = (self.k.ne(0), self.k.ne(1));
-        let (k_row, v_row) = (self.k.layout.row_bytes(), self.v.layout.row_bytes());
-        let slope = self.alibi.slope(iq2);
-
-        if dk > 0 {
-            // SAFETY: (iq1, iq2, iq3) is in q's range (q is not empty); its
-            // row holds dk f32 at stride nb0.
-            let qr = unsafe { self.q.row(iq1, iq2, iq3) };
-            // SAFETY: as above.
-            unsafe { convert_strided(self.k.layout.dtype, qr, self.q.nb(0), dk, qconv)? };
-        }
-        let mask_row: Option<&[u8]> = self.mask.map(|m| {
-            if n_kv == 0 {
-                return &[][..];
-            }
-            // SAFETY: iq1 < n_q <= mask ne1, the moduli are below ne2/ne3 (> 0,
-            // checked), and the row holds at least n_kv contiguous f16.
-            unsafe {
-                std::slice::from_raw_parts(m.row(iq1, iq2 % m.ne(2), iq3 % m.ne(3)), 2 * n_kv)
-            }
-        });
-
-        acc.fill(0.0);
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-        for c0 in (0..n_kv).step_by(KV_BLOCK) {
-            let c1 = (c0 + KV_BLOCK).min(n_kv);
-            let block = &mut scores[..c1 - c0];
-            let mut bmax = f32::NEG_INFINITY;
-            let mut any = false;
-            for (j, out) in (c0..c1).zip(block.iter_mut()) {
-                let mv = match mask_row {
-                    Some(mr) => {
-                        slope
-                            * half::f16::from_bits(u16::from_le_bytes([mr[2 * j], mr[2 * j + 1]]))
-                                .to_f32()
-                    }
-                    None => 0.0,
-                };
-                *out = f32::NEG_INFINITY;
-                if mv == f32::NEG_INFINITY {
-                    continue;
-                }
-                let kr: &[u8] = if k_row == 0 {
-                    &[]
-                } else {
-                    // SAFETY: j < n_kv and (ik2, ik3) are in k's range; rows are contiguous.
-                    unsafe { std::slice::from_raw_parts(self.k.row(j, ik2, ik3), k_row) }
-                };
-                let mut s = (self.dot)(kr, qconv) * self.scale;
-                if self.softcap != 0.0 {
-                    s = self.softcap * s.tanh();
-                }
-                s += mv;
-                *out = s;
-                any |= s != f32::NEG_INFINITY;
-                bmax = bmax.max(s);
-            }
-            if !any {
-                continue;
-            }
-            let new_max = max.max(bmax);
-            if new_max > max {
-                let ms = (max - new_max).exp();
-                acc.iter_mut().for_each(|a| *a *= ms);
-                sum *= ms;
-                max = new_max;
-            }
-            for (j, &s) in (c0..c1).zip(block.iter()) {
-                if s == f32::NEG_INFINITY {
-                    continue;
-                }
-                let p = if s == max { 1.0 } else { (s - max).exp() };
-                sum += p;
-                // SAFETY: j < n_kv; (ik2, ik3) are in v's range (v has k's heads and batch).
-                let vr = unsafe { std::slice::from_raw_parts(self.v.row(j, ik2, ik3), v_row) };
-                (self.axpy)(acc, vr, p);
-            }
-        }
-
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        acc.iter_mut().for_each(|a| *a *= inv);
-        // SAFETY: dst is contiguous f32 [dv, n_head, n_q, ne3]; row (iq2, iq1, iq3)
-        // is in range, holds dv values, and belongs to this thread's rows only.
-        unsafe {
-            let d = self.dst.row(iq2, iq1, iq3);
-            std::ptr::copy_nonoverlapping(acc.as_ptr().cast::<u8>(), d, acc.len() * 4);
-        }
-        Ok(())
-    }
-}

@@ -1,45 +1,134 @@
-//! The vector step of flash attention: `acc += p * v` for one V row (F16 or
-//! F32 bytes) into an f32 accumulator, portable and AVX2.
+//! The vector steps of flash attention, portable and AVX2: the softmax
+//! weights of a block of scores (`p = exp(s - max)`) and the accumulation of
+//! a block of V rows (F16 or F32 bytes) into the f32 accumulators of a group
+//! of query rows (`acc_g += sum_j p_gj v_j`).
 //!
-//! ggml accumulates F16 V rows in an F16 accumulator; Tessera accumulates in
-//! f32 for every V type (more accurate, same cost with F16C). As in
-//! [`super::dot_avx2`], the AVX2 functions are only reachable through
-//! [`axpy_fn`], which checks the CPU first.
+//! The V step takes several query rows at once so that a V row is loaded
+//! (and converted from f16) once for the whole group of query heads that
+//! share its KV head, and keeps a slice of each accumulator in registers over
+//! the whole block of keys. ggml accumulates F16 V rows in an F16
+//! accumulator; Tessera accumulates in f32 for every V type. The AVX2 `exp`
+//! is ggml's `ggml_v_expf` (about 1.5 ulp). As in [`super::dot_avx2`], the
+//! AVX2 functions are only reachable through [`exp_fn`] and [`vacc_fn`],
+//! which check the CPU first.
 
 use tessera::DType;
 
 use crate::isa::Isa;
 
-/// `acc[i] += p * v[i]` for `i < min(acc.len(), values in v)`.
-pub(crate) type AxpyFn = fn(acc: &mut [f32], v: &[u8], p: f32);
+/// `s[j] = exp(s[j] - max)` for every `j` (0 where `s[j]` is -inf, 1 where
+/// `s[j] == max`, even infinite), returning the sum of the new values.
+pub(crate) type ExpFn = fn(s: &mut [f32], max: f32) -> f32;
 
-/// The accumulate step for V rows of `v_type` (F16 or F32) on `isa`.
-pub(crate) fn axpy_fn(v_type: DType, isa: Isa) -> Option<AxpyFn> {
+/// `acc[g * dv + i] += sum_j p[g * p_stride + j] * v[j][i]` for every query
+/// row `g < acc.len() / dv`, key `j < v.len()` and `i < dv`; every `v[j]`
+/// must hold `dv` values (shorter rows are skipped).
+pub(crate) type VaccFn = fn(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]);
+
+/// `dst[i] = f16 value i of src` for `i < min(dst.len(), src.len() / 2)`.
+pub(crate) type F16RowFn = fn(src: &[u8], dst: &mut [f32]);
+
+/// The f16 row conversion (of mask rows) for `isa`.
+pub(crate) fn f16_row_fn(isa: Isa) -> F16RowFn {
     #[cfg(target_arch = "x86_64")]
     {
         if isa == Isa::Avx2 && isa.available() {
-            return avx2::axpy_fn(v_type);
+            return avx2::f16_row_safe;
+        }
+    }
+    let _ = isa;
+    f16_row_scalar
+}
+
+fn f16_row_scalar(src: &[u8], dst: &mut [f32]) {
+    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+    }
+}
+
+/// The softmax step for `isa`.
+pub(crate) fn exp_fn(isa: Isa) -> ExpFn {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa == Isa::Avx2 && isa.available() {
+            return avx2::exp_safe;
+        }
+    }
+    let _ = isa;
+    exp_scalar
+}
+
+/// The V step for V rows of `v_type` (F16 or F32) on `isa`.
+pub(crate) fn vacc_fn(v_type: DType, isa: Isa) -> Option<VaccFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa == Isa::Avx2 && isa.available() {
+            return avx2::vacc_fn(v_type);
         }
     }
     let _ = isa;
     match v_type {
-        DType::F32 => Some(axpy_f32),
-        DType::F16 => Some(axpy_f16),
+        DType::F32 => Some(vacc_f32),
+        DType::F16 => Some(vacc_f16),
         _ => None,
     }
 }
 
-fn axpy_f32(acc: &mut [f32], v: &[u8], p: f32) {
-    for (a, b) in acc.iter_mut().zip(v.chunks_exact(4)) {
-        *a += p * f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+/// One weight: `exp(s - max)`, 1 at the maximum, 0 for -inf.
+#[inline(always)]
+fn weight(s: f32, max: f32) -> f32 {
+    if s == max { 1.0 } else { (s - max).exp() }
+}
+
+fn exp_scalar(s: &mut [f32], max: f32) -> f32 {
+    let mut sum = 0f32;
+    for v in s.iter_mut() {
+        *v = weight(*v, max);
+        sum += *v;
+    }
+    sum
+}
+
+/// The portable V step; `val` reads value `i` of a row.
+#[inline(always)]
+fn vacc_with(
+    acc: &mut [f32],
+    dv: usize,
+    p: &[f32],
+    p_stride: usize,
+    v: &[&[u8]],
+    w: usize,
+    val: impl Fn(&[u8], usize) -> f32,
+) {
+    if dv == 0 {
+        return;
+    }
+    for (g, a) in acc.chunks_exact_mut(dv).enumerate() {
+        let Some(pg) = p.get(g * p_stride..) else {
+            return;
+        };
+        for (row, &pj) in v.iter().zip(pg) {
+            if row.len() < dv * w {
+                continue;
+            }
+            for (i, a) in a.iter_mut().enumerate() {
+                *a += pj * val(row, i);
+            }
+        }
     }
 }
 
-fn axpy_f16(acc: &mut [f32], v: &[u8], p: f32) {
+fn vacc_f32(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+    vacc_with(acc, dv, p, p_stride, v, 4, |r, i| {
+        f32::from_le_bytes([r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]])
+    });
+}
+
+fn vacc_f16(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
     let t = super::dot::f16_table();
-    for (a, b) in acc.iter_mut().zip(v.chunks_exact(2)) {
-        *a += p * t[usize::from(u16::from_le_bytes([b[0], b[1]]))];
-    }
+    vacc_with(acc, dv, p, p_stride, v, 2, |r, i| {
+        t[usize::from(u16::from_le_bytes([r[2 * i], r[2 * i + 1]]))]
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -48,90 +137,249 @@ mod avx2 {
 
     use super::*;
 
-    pub(super) fn axpy_fn(v_type: DType) -> Option<AxpyFn> {
+    /// Query rows whose accumulators one pass keeps in registers.
+    const G: usize = 4;
+
+    pub(super) fn vacc_fn(v_type: DType) -> Option<VaccFn> {
         if !Isa::Avx2.available() {
             return None;
         }
         match v_type {
-            DType::F32 => Some(f32_safe),
-            DType::F16 => Some(f16_safe),
+            DType::F32 => Some(vacc_f32_safe),
+            DType::F16 => Some(vacc_f16_safe),
             _ => None,
         }
     }
 
-    fn f32_safe(acc: &mut [f32], v: &[u8], p: f32) {
-        // SAFETY: only handed out by `axpy_fn` after checking AVX2/FMA/F16C.
-        unsafe { axpy_f32_avx2(acc, v, p) }
-    }
-
-    fn f16_safe(acc: &mut [f32], v: &[u8], p: f32) {
-        // SAFETY: only handed out by `axpy_fn` after checking AVX2/FMA/F16C.
-        unsafe { axpy_f16_avx2(acc, v, p) }
+    pub(super) fn f16_row_safe(src: &[u8], dst: &mut [f32]) {
+        // SAFETY: only handed out by `f16_row_fn` after checking AVX2/FMA/F16C.
+        unsafe { f16_row(src, dst) }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn axpy_f32_avx2(acc: &mut [f32], v: &[u8], p: f32) {
-        let n = acc.len().min(v.len() / 4);
-        let (acc, v) = (&mut acc[..n], &v[..n * 4]);
-        let vp = _mm256_set1_ps(p);
-        let mut ac = acc.chunks_exact_mut(8);
-        let mut vc = v.chunks_exact(32);
-        for (a, b) in (&mut ac).zip(&mut vc) {
-            // SAFETY: `a` holds 8 f32 and `b` 32 bytes; unaligned loads/stores.
-            unsafe {
-                let x = _mm256_loadu_ps(b.as_ptr().cast());
-                let y = _mm256_loadu_ps(a.as_ptr());
-                _mm256_storeu_ps(a.as_mut_ptr(), _mm256_fmadd_ps(vp, x, y));
-            }
+    fn f16_row(src: &[u8], dst: &mut [f32]) {
+        let n = dst.len().min(src.len() / 2);
+        let (src, dst) = (&src[..2 * n], &mut dst[..n]);
+        let mut dc = dst.chunks_exact_mut(8);
+        let mut sc = src.chunks_exact(16);
+        for (d, s) in (&mut dc).zip(&mut sc) {
+            // SAFETY: `s` holds 16 bytes and `d` 8 f32; unaligned load/store.
+            unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()))) };
         }
-        axpy_f32(ac.into_remainder(), vc.remainder(), p);
+        super::f16_row_scalar(sc.remainder(), dc.into_remainder());
     }
 
+    pub(super) fn exp_safe(s: &mut [f32], max: f32) -> f32 {
+        // SAFETY: only handed out by `exp_fn` after checking AVX2/FMA/F16C.
+        unsafe { exp_block(s, max) }
+    }
+
+    fn vacc_f32_safe(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+        vacc_checked(acc, dv, p, p_stride, v, 4, false);
+    }
+
+    fn vacc_f16_safe(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+        vacc_checked(acc, dv, p, p_stride, v, 2, true);
+    }
+
+    /// Checks the slices, then runs the AVX2 V step on the rows that hold
+    /// `dv` values of `w` bytes.
+    fn vacc_checked(
+        acc: &mut [f32],
+        dv: usize,
+        p: &[f32],
+        p_stride: usize,
+        v: &[&[u8]],
+        w: usize,
+        f16: bool,
+    ) {
+        if dv == 0 || v.iter().any(|r| r.len() < dv * w) {
+            if f16 {
+                super::vacc_f16(acc, dv, p, p_stride, v);
+            } else {
+                super::vacc_f32(acc, dv, p, p_stride, v);
+            }
+            return;
+        }
+        let rows = acc.len() / dv;
+        let need = match rows {
+            0 => 0,
+            r => (r - 1) * p_stride + v.len(),
+        };
+        if p.len() < need {
+            return;
+        }
+        // SAFETY: AVX2/FMA/F16C were checked by `vacc_fn`; `acc` holds
+        // `rows * dv` values, every V row `dv` values of `w` bytes, and `p`
+        // `(rows - 1) * p_stride + v.len()` weights (checked above).
+        unsafe { vacc_block(acc.as_mut_ptr(), rows, dv, p.as_ptr(), p_stride, v, f16) }
+    }
+
+    /// Eight values of a V row at element `i`, widened to f32.
+    ///
+    /// # Safety
+    /// Elements `i..i + 8` of the row must be readable.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn axpy_f16_avx2(acc: &mut [f32], v: &[u8], p: f32) {
-        let n = acc.len().min(v.len() / 2);
-        let (acc, v) = (&mut acc[..n], &v[..n * 2]);
-        let vp = _mm256_set1_ps(p);
-        let mut ac = acc.chunks_exact_mut(8);
-        let mut vc = v.chunks_exact(16);
-        for (a, b) in (&mut ac).zip(&mut vc) {
-            // SAFETY: `a` holds 8 f32 and `b` 16 bytes; unaligned loads/stores.
-            unsafe {
-                let x = _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().cast()));
-                let y = _mm256_loadu_ps(a.as_ptr());
-                _mm256_storeu_ps(a.as_mut_ptr(), _mm256_fmadd_ps(vp, x, y));
+    unsafe fn load8(row: *const u8, i: usize, f16: bool) -> __m256 {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if f16 {
+                _mm256_cvtph_ps(_mm_loadu_si128(row.add(2 * i).cast()))
+            } else {
+                _mm256_loadu_ps(row.add(4 * i).cast())
             }
         }
-        axpy_f16(ac.into_remainder(), vc.remainder(), p);
     }
-}
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_path_accumulates_the_same() {
-        for n in [1usize, 7, 8, 9, 40] {
-            let v: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
-            let v32: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            let v16: Vec<u8> = v
-                .iter()
-                .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
-                .collect();
-            for isa in Isa::all_available() {
-                for (t, bytes) in [(DType::F32, &v32), (DType::F16, &v16)] {
-                    let f = axpy_fn(t, isa).unwrap();
-                    let mut acc: Vec<f32> = (0..n).map(|i| i as f32).collect();
-                    f(&mut acc, bytes, 2.0);
-                    for (i, a) in acc.iter().enumerate() {
-                        // Half steps times 2 plus integers: exact in f32.
-                        assert_eq!(*a, i as f32 + 2.0 * v[i], "{t} {isa:?} n={n} i={i}");
+    /// # Safety
+    /// See [`vacc_checked`]: `acc` holds `rows * dv` f32, `p` the weights,
+    /// every `v[j]` `dv` values; the CPU has AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn vacc_block(
+        acc: *mut f32,
+        rows: usize,
+        dv: usize,
+        p: *const f32,
+        p_stride: usize,
+        v: &[&[u8]],
+        f16: bool,
+    ) {
+        let mut g0 = 0;
+        while g0 < rows {
+            let ng = (rows - g0).min(G);
+            let mut i = 0;
+            // 16 values of up to four accumulators stay in registers over
+            // the whole block of keys.
+            while i + 16 <= dv {
+                let mut a = [[_mm256_setzero_ps(); 2]; G];
+                for (j, row) in v.iter().enumerate() {
+                    // SAFETY: elements i..i + 16 <= dv of the row.
+                    let (v0, v1) = unsafe { (load8(row.as_ptr(), i, f16), load8(row.as_ptr(), i + 8, f16)) };
+                    for (g, ag) in a.iter_mut().enumerate().take(ng) {
+                        // SAFETY: weight j of row g0 + g < rows.
+                        let pj = _mm256_set1_ps(unsafe { *p.add((g0 + g) * p_stride + j) });
+                        ag[0] = _mm256_fmadd_ps(pj, v0, ag[0]);
+                        ag[1] = _mm256_fmadd_ps(pj, v1, ag[1]);
                     }
                 }
+                for (g, ag) in a.iter().enumerate().take(ng) {
+                    // SAFETY: values i..i + 16 <= dv of accumulator g0 + g.
+                    unsafe {
+                        let d = acc.add((g0 + g) * dv + i);
+                        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[0]));
+                        let d = d.add(8);
+                        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[1]));
+                    }
+                }
+                i += 16;
+            }
+            // The tail, one value at a time.
+            for e in i..dv {
+                for g in g0..g0 + ng {
+                    let mut s = 0f32;
+                    for (j, row) in v.iter().enumerate() {
+                        // SAFETY: element e < dv of the row, weight j of row g.
+                        unsafe {
+                            let x = if f16 {
+                                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+                                    row.as_ptr().add(2 * e).cast::<u16>().read_unaligned(),
+                                ))))
+                            } else {
+                                row.as_ptr().add(4 * e).cast::<f32>().read_unaligned()
+                            };
+                            s += *p.add(g * p_stride + j) * x;
+                        }
+                    }
+                    // SAFETY: value e < dv of accumulator g < rows.
+                    unsafe { *acc.add(g * dv + e) += s };
+                }
+            }
+            g0 += ng;
+        }
+    }
+
+    /// ggml's `ggml_v_expf`: `e^x` for eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn v_expf(x: __m256) -> __m256 {
+        let r = _mm256_set1_ps(f32::from_bits(0x4b40_0000)); // 0x1.8p23
+        let z = _mm256_fmadd_ps(x, _mm256_set1_ps(f32::from_bits(0x3fb8_aa3b)), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(
+            n,
+            _mm256_set1_ps(f32::from_bits(0x35bf_be8e)),
+            _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(0x3f31_7200)), x),
+        );
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0))));
+        let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3c07_2010)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3d2b_9f17)),
+                ),
+                u,
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3e2a_af33)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3eff_fedb)),
+                ),
+            ),
+            u,
+            _mm256_mul_ps(_mm256_set1_ps(f32::from_bits(0x3f7f_fff6)), b),
+        );
+        if _mm256_movemask_ps(c) == 0 {
+            return _mm256_fmadd_ps(j, k, k);
+        }
+        let g = _mm256_and_si256(
+            _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+            _mm256_set1_epi32(0x8200_0000u32 as i32),
+        );
+        let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+        let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+        let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        _mm256_or_ps(
+            _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+            _mm256_andnot_ps(
+                d,
+                _mm256_or_ps(
+                    _mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                    _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)),
+                ),
+            ),
+        )
+    }
+
+    /// `s[j] = exp(s[j] - max)` in place, with the sum.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exp_block(s: &mut [f32], max: f32) -> f32 {
+        let vmax = _mm256_set1_ps(max);
+        let mut sum = _mm256_setzero_ps();
+        let mut chunks = s.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 8 f32; unaligned load and store.
+            unsafe {
+                let x = _mm256_loadu_ps(c.as_ptr());
+                // s == max gives exactly 1 (also for an infinite maximum).
+                let at_max = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, vmax);
+                let d = _mm256_andnot_ps(at_max, _mm256_sub_ps(x, vmax));
+                let y = v_expf(d);
+                _mm256_storeu_ps(c.as_mut_ptr(), y);
+                sum = _mm256_add_ps(sum, y);
             }
         }
-        assert!(axpy_fn(DType::Q8_0, Isa::Scalar).is_none());
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps::<1>(sum));
+        let s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let mut total = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+        for v in chunks.into_remainder() {
+            *v = weight(*v, max);
+            total += *v;
+        }
+        total
     }
 }

@@ -6,15 +6,24 @@
 //! of the three; a row with contiguous elements takes a tighter loop. Works
 //! in place: each element is read before it is written, through raw pointers.
 //! Threads split the rows of `dst`.
+//!
+//! All-F32 nodes with contiguous rows use the [`Simd`] row primitives: when
+//! all three tensors are contiguous and `src1` is not broadcast, the whole
+//! tensor is one flat array split between threads at 64-byte boundaries;
+//! otherwise each row is one call (a broadcast scalar or repeated segments
+//! when `src1`'s rows are shorter). Results are bit-identical to the generic
+//! loop.
 
 use half::{bf16, f16};
 use tessera::{DType, Error, Op, Result};
 
-use super::elem::{Float, rows, wrap};
+use super::elem::{Float, rows, split_aligned, wrap};
+use super::simd::{BinKind, Simd};
 use super::{NodeCtx, TensorRef};
 
 /// An element-wise f32 operation.
 trait BinOp {
+    const KIND: BinKind;
     fn apply(a: f32, b: f32) -> f32;
 }
 
@@ -23,6 +32,7 @@ struct MulOp;
 struct DivOp;
 
 impl BinOp for AddOp {
+    const KIND: BinKind = BinKind::Add;
     #[inline(always)]
     fn apply(a: f32, b: f32) -> f32 {
         a + b
@@ -30,6 +40,7 @@ impl BinOp for AddOp {
 }
 
 impl BinOp for MulOp {
+    const KIND: BinKind = BinKind::Mul;
     #[inline(always)]
     fn apply(a: f32, b: f32) -> f32 {
         a * b
@@ -37,6 +48,7 @@ impl BinOp for MulOp {
 }
 
 impl BinOp for DivOp {
+    const KIND: BinKind = BinKind::Div;
     #[inline(always)]
     fn apply(a: f32, b: f32) -> f32 {
         a / b
@@ -56,7 +68,13 @@ pub fn binary(ctx: &NodeCtx) -> Result<()> {
 fn by_types<O: BinOp>(ctx: &NodeCtx) -> Result<()> {
     let (a, b) = (ctx.src(0)?, ctx.src(1)?);
     match (a.layout.dtype, b.layout.dtype, ctx.dst.layout.dtype) {
-        (DType::F32, DType::F32, DType::F32) => run::<O, f32, f32>(ctx, &a, &b),
+        (DType::F32, DType::F32, DType::F32) => {
+            if a.nb(0) == 4 && b.nb(0) == 4 && ctx.dst.nb(0) == 4 {
+                run_f32_rows(ctx, O::KIND, &a, &b)
+            } else {
+                run::<O, f32, f32>(ctx, &a, &b)
+            }
+        }
         (DType::F16, DType::F16, DType::F16) => run::<O, f16, f16>(ctx, &a, &b),
         (DType::BF16, DType::BF16, DType::BF16) => run::<O, bf16, bf16>(ctx, &a, &b),
         (DType::F16, DType::F32, DType::F16) => run::<O, f16, f32>(ctx, &a, &b),
@@ -68,24 +86,100 @@ fn by_types<O: BinOp>(ctx: &NodeCtx) -> Result<()> {
     }
 }
 
-/// `T` is the type of `src0` and `dst`, `U` the type of `src1`.
-fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef) -> Result<()> {
-    let d = &ctx.dst;
-    let ne = d.layout.ne;
-    let bne = b.layout.ne;
-    let nrows = ne[1] * ne[2] * ne[3];
-    if ne[0] == 0 || nrows == 0 {
-        return Ok(());
+/// The shape checks every path makes; `false`: nothing to compute.
+fn check_shapes(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef) -> Result<bool> {
+    let ne = ctx.dst.layout.ne;
+    if ne[0] == 0 || ne[1] * ne[2] * ne[3] == 0 {
+        return Ok(false);
     }
     // `support` checked that each extent of `b` divides `a`'s; an empty `b`
-    // must not reach the modulo below. (No divisions here: this runs for
-    // every node, and nodes can be tiny.)
-    if a.layout.ne != ne || bne.contains(&0) {
+    // must not reach the modulo below.
+    if a.layout.ne != ne || b.layout.ne.contains(&0) {
         return Err(Error::op(
             ctx.op.name(),
             format!("{} cannot be broadcast to {}", b.layout, a.layout),
         ));
     }
+    Ok(true)
+}
+
+/// All F32, every row contiguous: the row primitives.
+fn run_f32_rows(ctx: &NodeCtx, kind: BinKind, a: &TensorRef, b: &TensorRef) -> Result<()> {
+    if !check_shapes(ctx, a, b)? {
+        return Ok(());
+    }
+    let d = &ctx.dst;
+    let simd = Simd::new(ctx.isa);
+    let (ne, bne) = (d.layout.ne, b.layout.ne);
+    let (zp, xp, yp) = (d.ptr as *mut f32, a.ptr as *const f32, b.ptr as *const f32);
+    if d.layout.is_contiguous() && a.layout.is_contiguous() {
+        let n = ne[0] * ne[1] * ne[2] * ne[3];
+        let r = split_aligned(ctx.ith, ctx.nth, n, 16);
+        if r.is_empty() {
+            return Ok(());
+        }
+        if bne == ne && b.layout.is_contiguous() {
+            // SAFETY: `r` lies in `0..n`, the element count of three
+            // contiguous tensors of one shape; `dst` equals an operand or
+            // does not overlap it (executor contract).
+            unsafe {
+                simd.binary(
+                    kind,
+                    zp.add(r.start),
+                    xp.add(r.start),
+                    yp.add(r.start),
+                    r.len(),
+                )
+            };
+            return Ok(());
+        }
+        if bne == [1, 1, 1, 1] {
+            // SAFETY: as above; `b` holds one element.
+            unsafe { simd.binary_scalar(kind, zp.add(r.start), xp.add(r.start), *yp, r.len()) };
+            return Ok(());
+        }
+    }
+    let (ne0, ne10) = (ne[0], bne[0]);
+    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+        // SAFETY: in-range rows; `b`'s indices are reduced modulo its extents.
+        let (z, x, y) = unsafe {
+            (
+                d.row(i1, i2, i3) as *mut f32,
+                a.row(i1, i2, i3) as *const f32,
+                b.row(wrap(i1, bne[1]), wrap(i2, bne[2]), wrap(i3, bne[3])) as *const f32,
+            )
+        };
+        if ne10 == ne0 {
+            // SAFETY: rows of `ne0` contiguous f32; `dst` equals an operand
+            // or does not overlap it (executor contract).
+            unsafe { simd.binary(kind, z, x, y, ne0) };
+        } else if ne10 == 1 {
+            // SAFETY: as above; `b`'s row holds one element.
+            unsafe { simd.binary_scalar(kind, z, x, *y, ne0) };
+        } else {
+            let mut base = 0;
+            while base < ne0 {
+                let len = ne10.min(ne0 - base);
+                // SAFETY: `base + len <= ne0`, `len <= ne10` (the length of
+                // `b`'s row, which divides `ne0`); rows of different shapes
+                // cannot alias.
+                unsafe { simd.binary(kind, z.add(base), x.add(base), y, len) };
+                base += ne10;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `T` is the type of `src0` and `dst`, `U` the type of `src1`.
+fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef) -> Result<()> {
+    if !check_shapes(ctx, a, b)? {
+        return Ok(());
+    }
+    let d = &ctx.dst;
+    let ne = d.layout.ne;
+    let bne = b.layout.ne;
+    let nrows = ne[1] * ne[2] * ne[3];
     let (dnb0, anb0, bnb0) = (d.nb(0), a.nb(0), b.nb(0));
     let contiguous = dnb0 == size_of::<T>() && anb0 == size_of::<T>() && bnb0 == size_of::<U>();
     let (ne0, ne10) = (ne[0], bne[0]);

@@ -10,14 +10,20 @@
 //! dimensions 1-3) becomes row `r` of the destination: same type copies the
 //! row's bytes, F32 to a quantized type quantizes with
 //! [`tessera::quant::from_f32`], a quantized type to F32 dequantizes with
-//! [`tessera::quant::to_f32`].
+//! [`tessera::quant::to_f32`] (or their AVX2 twins, same bytes).
 //!
 //! Threads split the source rows; every destination element is written by
 //! exactly one thread.
+//!
+//! F32 <-> F16 runs with contiguous elements and the Q8_0/Q4_0 rows use the
+//! [`Simd`] conversions (AVX2/F16C), whose bytes are identical to
+//! `tessera::quant`'s.
 
-use tessera::{DType, Error, Result, quant};
+use half::f16;
+use tessera::{DType, Error, Result};
 
 use super::elem::{Float, rows, with_float};
+use super::simd::Simd;
 use super::{NodeCtx, TensorRef};
 
 /// Compute this thread's share of a DUP, CONT or CPY node (`src[0]` into `dst`).
@@ -34,6 +40,35 @@ pub fn copy(ctx: &NodeCtx) -> Result<()> {
             // tensor; `dst` does not overlap `src` (executor contract).
             unsafe { copy_bytes(s, snb, d, dnb, n, size) }
         });
+    }
+    let simd = Simd::new(ctx.isa);
+    match (st, dt) {
+        (DType::F32, DType::F16) => {
+            return walk_segments(ctx, &src, |s, snb, d, dnb, n| {
+                // SAFETY: the walker hands out `n` in-range, aligned elements
+                // of each tensor; `dst` does not overlap `src`.
+                unsafe {
+                    if snb == 4 && dnb == 2 {
+                        simd.f32_to_f16(d.cast(), s.cast(), n);
+                    } else {
+                        convert::<f32, f16>(s, snb, d, dnb, n);
+                    }
+                }
+            });
+        }
+        (DType::F16, DType::F32) => {
+            return walk_segments(ctx, &src, |s, snb, d, dnb, n| {
+                // SAFETY: as above.
+                unsafe {
+                    if snb == 2 && dnb == 4 {
+                        simd.f16_to_f32(d.cast(), s.cast(), n);
+                    } else {
+                        convert::<f16, f32>(s, snb, d, dnb, n);
+                    }
+                }
+            });
+        }
+        _ => {}
     }
     with_float!(st, S => with_float!(dt, D => {
         walk_segments(ctx, &src, |s, snb, d, dnb, n| {
@@ -157,6 +192,7 @@ fn copy_quantized_rows(ctx: &NodeCtx, src: &TensorRef) -> Result<()> {
         return Ok(());
     }
     let (s_bytes, d_bytes) = (st.row_size(ne0)?, dt.row_size(ne0)?);
+    let simd = Simd::new(ctx.isa);
     let range = ctx.split(nrows);
     for ((i1, i2, i3), (o1, o2, o3)) in rows(range.clone(), &sne).zip(rows(range, &dne)) {
         // SAFETY: in-range rows; `support` checked both have contiguous rows,
@@ -173,11 +209,11 @@ fn copy_quantized_rows(ctx: &NodeCtx, src: &TensorRef) -> Result<()> {
         } else if st == DType::F32 {
             // SAFETY: `s` holds `ne0` aligned f32 values (contiguous row).
             let sf = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, ne0) };
-            quant::from_f32(dt, sf, d)?;
+            simd.quantize_row(dt, sf, d)?;
         } else if dt == DType::F32 {
             // SAFETY: `d` holds `ne0` aligned f32 values (contiguous row).
             let df = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, ne0) };
-            quant::to_f32(st, s, df)?;
+            simd.dequantize_row(st, s, df)?;
         } else {
             return Err(unsupported(st, dt));
         }

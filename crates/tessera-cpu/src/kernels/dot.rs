@@ -23,6 +23,18 @@ use crate::isa::Isa;
 /// blocks are paired from the start.
 pub type DotFn = fn(x: &[u8], y: &[u8]) -> f32;
 
+/// Most weight rows one [`TileFn`] call takes.
+pub const TILE_ROWS: usize = 4;
+/// Most activation columns one [`TileFn`] call takes.
+pub const TILE_COLS: usize = 4;
+
+/// A multi-row dot product: `out[c][r] = dot(xs[r], ys[c])` for every
+/// `r < xs.len()` and `c < ys.len()` (at most [`TILE_ROWS`] and
+/// [`TILE_COLS`]; extra rows or columns are ignored, other entries of `out`
+/// are left as they are). Rows pair blocks as [`DotFn`] does, over the
+/// shortest of all the rows given.
+pub type TileFn = fn(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]);
+
 /// The type activations are converted to before being dotted with rows of
 /// `weights` (ggml's `vec_dot_type`), or `None` if there is no dot product
 /// for `weights`.
@@ -47,6 +59,26 @@ pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
         return Some(f);
     }
     scalar_dot_fn(weights)
+}
+
+/// The multi-row dot product of `weights` for `isa`, if that ISA has one
+/// (callers fall back to [`dot_fn`] one row at a time).
+pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
+    if isa == Isa::Avx2 && isa.available() {
+        return super::gemv_avx2::tile_fn(weights);
+    }
+    None
+}
+
+/// The multi-row dot product of `weights` with f32 activations for `isa`,
+/// where there is one (F16 and BF16 weights on AVX2): MUL_MAT then skips
+/// converting the activations (and is more accurate than ggml, which rounds
+/// them to the weights' type).
+pub fn tile_f32_fn(weights: DType, isa: Isa) -> Option<TileFn> {
+    if isa == Isa::Avx2 && isa.available() {
+        return super::gemv_avx2::tile_f32_fn(weights);
+    }
+    None
 }
 
 /// The portable dot product for `weights`.

@@ -169,6 +169,20 @@ pub fn wrap(i: usize, n: usize) -> usize {
     }
 }
 
+/// This thread's part of `n` items split into `nth` contiguous ranges whose
+/// starts are multiples of `quantum` items (choose 64 bytes' worth, so two
+/// threads never write the same cache line of a 64-byte aligned output).
+/// Threads past the end get empty ranges.
+#[inline]
+pub fn split_aligned(ith: usize, nth: usize, n: usize, quantum: usize) -> std::ops::Range<usize> {
+    let q = quantum.max(1);
+    let units = n.div_ceil(q);
+    let per = units.div_ceil(nth.max(1));
+    let start = (per * ith * q).min(n);
+    let end = (start + per * q).min(n);
+    start..end
+}
+
 /// Load element `i` of a row of `T` with byte stride `nb0`.
 ///
 /// # Safety
@@ -252,6 +266,22 @@ mod tests {
         assert_eq!(wrap(7, 3), 1);
         assert_eq!(wrap(2, 3), 2);
         assert_eq!(wrap(9, 1), 0);
+    }
+
+    #[test]
+    fn aligned_split_covers_everything_once() {
+        for n in [0usize, 1, 15, 16, 17, 100, 4096, 4097] {
+            for nth in 1..5 {
+                let mut next = 0;
+                for ith in 0..nth {
+                    let r = split_aligned(ith, nth, n, 16);
+                    assert!(r.is_empty() || r.start == next, "n {n} nth {nth} ith {ith}");
+                    assert!(r.start.is_multiple_of(16) || r.is_empty());
+                    next = next.max(r.end);
+                }
+                assert_eq!(next, n);
+            }
+        }
     }
 
     #[test]

@@ -5,10 +5,15 @@
 //! `src0` and `g` is `src1`, of the same type and shape. F32, F16, BF16 with
 //! any strides, computed in f32. REGLU is ggml's `x > 0 ? x * g : 0` (not
 //! `relu(x) * g`, which differs when `g` is infinite). Threads split rows.
+//! F32 SWIGLU with contiguous rows uses [`Simd::silu`] (AVX2's polynomial
+//! `exp`).
 
 use tessera::{Error, GluOp, Op, Result};
 
+use tessera::DType;
+
 use super::elem::{Float, load, rows, store, with_float};
+use super::simd::Simd;
 use super::{NodeCtx, TensorRef, math};
 
 /// Compute this thread's share of a GLU node.
@@ -63,6 +68,17 @@ fn run<T: Float>(
         }
     };
     let (xnb, gnb, dnb) = (xt.nb(0), gt.nb(0), d.nb(0));
+    let swiglu_f32 = matches!(
+        ctx.op,
+        Op::Glu {
+            op: GluOp::SwiGlu,
+            ..
+        }
+    ) && T::DTYPE == DType::F32
+        && xnb == 4
+        && gnb == 4
+        && dnb == 4;
+    let simd = Simd::new(ctx.isa);
     for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
         // SAFETY: in-range rows; the offsets `xo`, `go` plus `nc` stay inside
         // the fused row of `2 nc` elements.
@@ -73,6 +89,12 @@ fn run<T: Float>(
                 d.row(i1, i2, i3),
             )
         };
+        if swiglu_f32 {
+            // SAFETY: rows of `nc` contiguous f32; `dst` equals an operand
+            // or does not overlap it (executor contract).
+            unsafe { simd.silu(yr.cast(), xr.cast(), Some(gr.cast()), nc) };
+            continue;
+        }
         for i in 0..nc {
             // SAFETY: `i < nc`: in-range, aligned elements of each row.
             unsafe { store::<T>(yr, i, dnb, f(load::<T>(xr, i, xnb), load::<T>(gr, i, gnb))) };

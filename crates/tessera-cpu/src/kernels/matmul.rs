@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Op, Result};
 
 use super::act_quant::{GROUP, convert_strided};
-use super::dot::{DotFn, dot_fn, vec_dot_type};
+use super::dot::{
+    DotFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, tile_f32_fn, tile_fn, vec_dot_type,
+};
 use super::{NodeCtx, TensorRef};
 
 /// Bytes at the start of the scratch holding the shared chunk counter (a
@@ -36,6 +38,17 @@ const BLOCK_M: usize = 16;
 /// Output columns (of `b`) per tile.
 const BLOCK_N: usize = 16;
 
+/// Values of `k` per slice when several columns share the weight rows (a
+/// multiple of every block size): a slice of [`BLOCK_N`] columns of the dot
+/// type and of [`TILE_ROWS`] weight rows stays in L1.
+fn k_block(dot_type: DType) -> usize {
+    match dot_type {
+        DType::F32 => 512,
+        DType::F16 | DType::BF16 => 1024,
+        _ => 2048,
+    }
+}
+
 /// Can the CPU multiply weights `a` by activations `b`?
 pub fn mul_mat_supported(a: &Layout, b: &Layout) -> bool {
     shape_check(a, b).is_ok() && scratch_bytes(a, b).is_some()
@@ -44,12 +57,22 @@ pub fn mul_mat_supported(a: &Layout, b: &Layout) -> bool {
 /// Scratch bytes a MUL_MAT node needs (the chunk counter and the activations
 /// converted to the weights' dot type); `usize::MAX` if that overflows.
 pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+    // Many columns: the packed GEMM (kernels/gemm.rs).
+    if super::gemm::applies(a, b) {
+        return super::gemm::scratch_size(a, b, nth);
+    }
     let _ = nth;
     scratch_bytes(a, b).unwrap_or(usize::MAX)
 }
 
 /// Compute this thread's share of `dst = a^T b`.
 pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
+    // Many columns: the packed GEMM (kernels/gemm.rs).
+    if let (Some(a), Some(b)) = (ctx.src[0], ctx.src[1])
+        && super::gemm::applies(&a.layout, &b.layout)
+    {
+        return super::gemm::mul_mat(ctx);
+    }
     let plan = Plan::new(ctx);
     let converted = match &plan {
         Ok(p) => p.convert_share(ctx),
@@ -69,21 +92,31 @@ pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
     plan.multiply_share(ctx)
 }
 
-/// Does `b` need converting into scratch before the dot products?
-fn needs_conversion(a: &Layout, b: &Layout) -> bool {
-    a.dtype != DType::F32 || !b.is_contiguous_rows()
+/// Does `b` need converting into scratch before the dot products, when the
+/// kernels want activations of type `act`?
+fn needs_conversion(act: DType, b: &Layout) -> bool {
+    act != DType::F32 || !b.is_contiguous_rows()
 }
 
-/// Scratch bytes for `a x b`, `None` on overflow or for a weight type
-/// without a dot product.
+/// The activation types the kernels of some ISA may want for `weights`: the
+/// dot type, and f32 for F16/BF16 weights (see [`tile_f32_fn`]).
+fn act_types(weights: DType) -> [Option<DType>; 2] {
+    let f32_too = matches!(weights, DType::F16 | DType::BF16);
+    [vec_dot_type(weights), f32_too.then_some(DType::F32)]
+}
+
+/// Scratch bytes for `a x b` on any ISA, `None` on overflow or for a weight
+/// type without a dot product.
 fn scratch_bytes(a: &Layout, b: &Layout) -> Option<usize> {
-    let dt = vec_dot_type(a.dtype)?;
-    if !needs_conversion(a, b) {
-        return Some(COUNTER_BYTES);
-    }
-    let row = dt.row_size(b.ne[0]).ok()?;
+    vec_dot_type(a.dtype)?;
     let rows = b.ne[1].checked_mul(b.ne[2])?.checked_mul(b.ne[3])?;
-    row.checked_mul(rows)?.checked_add(COUNTER_BYTES)
+    let mut need = 0usize;
+    for act in act_types(a.dtype).into_iter().flatten() {
+        if needs_conversion(act, b) {
+            need = need.max(act.row_size(b.ne[0]).ok()?.checked_mul(rows)?);
+        }
+    }
+    need.checked_add(COUNTER_BYTES)
 }
 
 /// The operand checks shared by [`mul_mat_supported`] and the kernel.
@@ -128,7 +161,11 @@ struct Plan<'s> {
     b: TensorRef,
     dst: TensorRef,
     dot: DotFn,
-    dot_type: DType,
+    /// The multi-row dot product, where the ISA has one.
+    tile: Option<TileFn>,
+    /// The type of the activations the dot products read: the weights' dot
+    /// type, or f32 for a tile kernel of [`tile_f32_fn`].
+    act_type: DType,
     /// `b` was converted into `conv` (else read in place).
     converted: bool,
     /// Bytes of one row of `a`, and of one converted (or in-place) `b` row.
@@ -182,17 +219,22 @@ impl<'s> Plan<'s> {
         // COUNTER_BYTES bytes, aligned for an AtomicUsize (checked above), and
         // only ever accessed atomically at this offset by the node's threads.
         let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
-        let converted = needs_conversion(&la, &lb);
+        let (tile, act_type) = match tile_f32_fn(la.dtype, ctx.isa) {
+            Some(t) => (Some(t), DType::F32),
+            None => (tile_fn(la.dtype, ctx.isa), dot_type),
+        };
+        let converted = needs_conversion(act_type, &lb);
         Ok(Plan {
             a,
             b,
             dst,
             dot,
-            dot_type,
+            tile,
+            act_type,
             converted,
             a_row: la.row_bytes(),
             b_row: if converted {
-                dot_type.row_size(lb.ne[0])?
+                act_type.row_size(lb.ne[0])?
             } else {
                 lb.ne[0] * 4
             },
@@ -221,8 +263,8 @@ impl<'s> Plan<'s> {
         if !self.converted || k == 0 {
             return Ok(());
         }
-        let bs = self.dot_type.block_size();
-        let ts = self.dot_type.type_size();
+        let bs = self.act_type.block_size();
+        let ts = self.act_type.type_size();
         // Units of GROUP values (whole blocks: GROUP is a multiple of every
         // block size, and quantized rows are whole blocks).
         let groups = k.div_ceil(GROUP);
@@ -243,7 +285,7 @@ impl<'s> Plan<'s> {
             // written by this thread only, and nobody reads it before the barrier.
             let out = unsafe { std::slice::from_raw_parts_mut(self.conv.add(off), len) };
             // SAFETY: elements e0..e1 of the row, at stride nb0, are in b.
-            unsafe { convert_strided(self.dot_type, src, self.b.nb(0), e1 - e0, out)? };
+            unsafe { convert_strided(ctx.isa, self.act_type, src, self.b.nb(0), e1 - e0, out)? };
             u += g1 - g0;
         }
         Ok(())
@@ -319,9 +361,14 @@ impl<'s> Plan<'s> {
     }
 
     /// One tile: `out[c][r - rows.start] = a[r] . ys[c]` for rows `rows` of the
-    /// matrix at `a0` (at most [`BLOCK_M`]) and the columns `ys`. The place
-    /// for multi-row, multi-column SIMD micro-kernels; for now each weight
-    /// row is dotted with every column while it is hot in L1.
+    /// matrix at `a0` (at most [`BLOCK_M`]) and the columns `ys`.
+    ///
+    /// With a multi-row kernel ([`TileFn`]), rows go [`TILE_ROWS`] and columns
+    /// [`TILE_COLS`] at a time. With several columns, `k` is cut into
+    /// [`k_block`] slices so that a slice of every column and of the rows
+    /// stays in L1 while all of its (rows, columns) pairs are computed; the
+    /// slices' partial sums are added in order. One column reads whole rows
+    /// (one stream per row, nothing to reuse).
     #[inline]
     fn tile(
         &self,
@@ -331,15 +378,63 @@ impl<'s> Plan<'s> {
         out: &mut [[f32; BLOCK_M]; BLOCK_N],
     ) {
         let nb01 = self.a.nb(1);
-        for (r, row) in rows.enumerate() {
-            // SAFETY: the caller passes rows below ne01 of a matrix of `a`;
-            // each row is `a_row` contiguous bytes.
-            let x = unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
-            for (y, col) in ys.iter().zip(out.iter_mut()) {
-                if let Some(o) = col.get_mut(r) {
-                    *o = (self.dot)(x, y);
+        // SAFETY: the caller passes rows below ne01 of a matrix of `a`; each
+        // row is `a_row` contiguous bytes.
+        let row_at = |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+        let Some(tile) = self.tile else {
+            for (r, row) in rows.enumerate() {
+                let x = row_at(row);
+                for (y, col) in ys.iter().zip(out.iter_mut()) {
+                    if let Some(o) = col.get_mut(r) {
+                        *o = (self.dot)(x, y);
+                    }
                 }
             }
+            return;
+        };
+        let (wt, dt) = (self.a.layout.dtype, self.act_type);
+        let k = self.b.ne(0);
+        let kb = if ys.len() > 1 { k_block(dt).min(k) } else { k };
+        // Bytes of the first `v` values of a row of `t` (`v` is a multiple
+        // of every block size, or `k`).
+        let bytes = |t: DType, v: usize| v / t.block_size() * t.type_size();
+        out.iter_mut().for_each(|col| col.fill(0.0));
+        let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
+        let mut k0 = 0;
+        while k0 < k.max(1) {
+            let k1 = (k0 + kb).min(k);
+            let (x0, x1) = (bytes(wt, k0), bytes(wt, k1));
+            let (y0, y1) = (bytes(dt, k0), bytes(dt, k1));
+            let mut yk: [&[u8]; BLOCK_N] = [&[]; BLOCK_N];
+            for (d, y) in yk.iter_mut().zip(ys) {
+                *d = y.get(y0..y1).unwrap_or(&[]);
+            }
+            let yk = &yk[..ys.len()];
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let nr = (rows.end - r0).min(TILE_ROWS);
+                let xs: [&[u8]; TILE_ROWS] = std::array::from_fn(|i| {
+                    if i < nr {
+                        row_at(r0 + i).get(x0..x1).unwrap_or(&[])
+                    } else {
+                        &[]
+                    }
+                });
+                let o0 = r0 - rows.start;
+                for (yc, oc) in yk.chunks(TILE_COLS).zip(out.chunks_mut(TILE_COLS)) {
+                    tile(&xs[..nr], yc, &mut res);
+                    for (o, r) in oc.iter_mut().zip(&res) {
+                        if let (Some(o), Some(r)) = (o.get_mut(o0..o0 + nr), r.get(..nr)) {
+                            o.iter_mut().zip(r).for_each(|(o, r)| *o += r);
+                        }
+                    }
+                }
+                r0 += nr;
+            }
+            if k1 == k {
+                break;
+            }
+            k0 = k1;
         }
     }
 

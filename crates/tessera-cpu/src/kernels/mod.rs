@@ -140,22 +140,49 @@ impl NodeCtx<'_> {
 }
 
 pub mod act_quant;
+mod act_quant_avx2;
 pub mod attention;
+mod attention_group;
 mod attention_vec;
 pub mod binary;
 pub mod concat;
 pub mod copy;
+#[cfg(target_arch = "x86_64")]
+mod cvt_avx2;
 pub mod dot;
 mod dot_avx2;
 mod dot_quant;
 pub mod elem;
+#[cfg(target_arch = "x86_64")]
+mod exp_avx2;
+pub mod gemm;
+mod gemm_avx2;
+mod gemm_avx512;
+mod gemm_driver;
+mod gemm_pack;
+mod gemm_portable;
+mod gemm_q8;
+mod gemm_q8_avx2;
+#[cfg(test)]
+mod gemm_q8_tests;
+#[cfg(test)]
+mod gemm_tests;
+mod gemm_vnni;
+mod gemv_avx2;
+mod gemv_avx2_float;
+mod gemv_avx2_q8;
 pub mod glu;
 pub mod math;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;
 pub mod rope;
+#[cfg(target_arch = "x86_64")]
+mod rope_avx2;
 pub mod rows;
+pub mod simd;
+#[cfg(target_arch = "x86_64")]
+mod simd_avx2;
 pub mod softmax;
 pub mod unary;
 
@@ -194,7 +221,9 @@ pub fn scratch_size(op: &Op, dst: &Layout, src: &[Option<&Layout>; MAX_SRC], nth
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             attention::flash_attn_scratch_size(q, k, v, nth)
         }
-        (Op::Rope(p), _, _, _) => nth.saturating_mul(per_thread_bytes(p.n_dims, 4)),
+        (Op::Rope(p), _, _, _) => {
+            nth.saturating_mul(per_thread_bytes(p.n_dims.saturating_mul(2), 4))
+        }
         _ => 0,
     }
 }

@@ -13,12 +13,18 @@
 //! `(x[i], x[i + n_dims/2])`; dimensions `n_dims..ne0` are copied through.
 //! F32 and F16, computed in f32; rows must have contiguous elements (checked
 //! by `support`); in place works. Threads split the rows; each keeps a
-//! cos/sin cache per position in its part of the scratch.
+//! cos/sin cache per position in its part of the scratch (computed once
+//! per position, shared by every head of that position), laid out for the
+//! mode so the AVX2 rotation (`rope_avx2`, bit-identical to the portable
+//! loop) reads it with plain loads. The next position's cache is filled a
+//! few pairs after each row of the current one, so the cos/sin overlap the
+//! rotations' memory traffic.
 
 use half::f16;
 use tessera::{DType, Error, Op, Result, RopeMode, RopeParams};
 
 use super::elem::{Float, rows};
+use super::simd::Simd;
 use super::{NodeCtx, TensorRef};
 
 /// Compute this thread's share of a ROPE node.
@@ -100,10 +106,71 @@ pub fn rope_yarn(theta_extrap: f32, p: &RopeParams, corr: [f32; 2], i0: usize) -
     (theta.cos() * mscale, theta.sin() * mscale)
 }
 
+/// What filling a cos/sin cache needs besides the position.
+struct Angles<'a> {
+    p: &'a RopeParams,
+    corr: [f32; 2],
+    theta_scale: f32,
+    factors: Option<TensorRef>,
+    neox: bool,
+    h: usize,
+}
+
+/// The cos/sin cache of one position (`i2`), filled a few pairs at a time:
+/// `k` pairs done, `theta` the next pair's angle. The angles follow ggml's
+/// sequence exactly (repeated multiplication by `theta_scale` in f32).
+struct Fill {
+    i2: usize,
+    k: usize,
+    theta: f32,
+}
+
+impl Fill {
+    fn start(pos: &TensorRef, i2: usize) -> Self {
+        // SAFETY: callers pass `i2 < ne2 <= pos.ne0` (checked by `rope`).
+        let position = unsafe { (pos.at(i2, 0, 0, 0) as *const i32).read() };
+        Fill {
+            i2,
+            k: 0,
+            theta: position as f32,
+        }
+    }
+
+    /// Fill up to `count` more pairs into `cache` (`n_dims` f32: normal
+    /// `[c0, s0, c1, s1, ...]`, NeoX `[c0, c1, ..., s0, s1, ...]`).
+    ///
+    /// # Safety
+    /// `cache` holds `2 * a.h` f32.
+    unsafe fn step(&mut self, cache: *mut f32, count: usize, a: &Angles) {
+        let end = (self.k + count).min(a.h);
+        for k in self.k..end {
+            let factor = match a.factors {
+                // SAFETY: `k < n_dims / 2 <= ne0` of the factors (checked by `rope`).
+                Some(f) => unsafe { (f.at(k, 0, 0, 0) as *const f32).read() },
+                None => 1.0,
+            };
+            let (c, s) = rope_yarn(self.theta / factor, a.p, a.corr, 2 * k);
+            let (ic, is) = if a.neox {
+                (k, a.h + k)
+            } else {
+                (2 * k, 2 * k + 1)
+            };
+            // SAFETY: `ic, is < 2h` (precondition).
+            unsafe {
+                *cache.add(ic) = c;
+                *cache.add(is) = s;
+            }
+            self.theta *= a.theta_scale;
+        }
+        self.k = end;
+    }
+}
+
 fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) -> Result<()> {
     let d = &ctx.dst;
     let ne = d.layout.ne;
     let nd = p.n_dims;
+    let h = nd / 2;
     let size = size_of::<T>();
     if x.nb(0) != size || d.nb(0) != size {
         return Err(Error::op("ROPE", "rows must have contiguous elements"));
@@ -112,56 +179,113 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
     if range.is_empty() {
         return Ok(());
     }
-    let cache = ctx.thread_scratch_f32(nd)?;
-    let theta_scale = p.freq_base.powf(-2.0 / nd as f32);
-    let corr = yarn_corr_dims(nd, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow);
-    let ff = ctx.src[2];
-    let mut cached_i2 = usize::MAX;
+    // Two caches: the current position's, and the next one's, filled a few
+    // pairs after each row so that the (compute-bound) cos/sin overlap the
+    // (memory-bound) rotations.
+    let base = ctx.thread_scratch_f32(2 * nd)?;
+    // SAFETY: the thread's scratch holds `2 n_dims` f32.
+    let mut caches = [base, unsafe { base.add(nd) }];
+    let a = Angles {
+        p,
+        corr: yarn_corr_dims(nd, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow),
+        theta_scale: p.freq_base.powf(-2.0 / nd as f32),
+        factors: ctx.src[2],
+        neox: p.mode == RopeMode::Neox,
+        h,
+    };
+    let simd = Simd::new(ctx.isa);
+    let chunk = h.div_ceil(ne[1].max(1)).max(1);
+    let mut cur = usize::MAX;
+    let mut next: Option<Fill> = None;
+    let mut left = range.len();
     for (i1, i2, i3) in rows(range, &ne) {
-        if cached_i2 != i2 {
-            // SAFETY: `i2 < ne2 <= pos.ne0` (checked by the caller).
-            let position = unsafe { (pos.at(i2, 0, 0, 0) as *const i32).read() };
-            let mut theta = position as f32;
-            for i0 in (0..nd).step_by(2) {
-                let factor = match ff {
-                    // SAFETY: `i0 / 2 < n_dims / 2 <= ne0` of the factors.
-                    Some(f) => unsafe { (f.at(i0 / 2, 0, 0, 0) as *const f32).read() },
-                    None => 1.0,
-                };
-                let (c, s) = rope_yarn(theta / factor, p, corr, i0);
-                // SAFETY: `i0 + 1 < n_dims`: inside this thread's cache.
-                unsafe {
-                    *cache.add(i0) = c;
-                    *cache.add(i0 + 1) = s;
+        if cur != i2 {
+            let mut f = match next.take() {
+                Some(f) if f.i2 == i2 => {
+                    caches.swap(0, 1);
+                    f
                 }
-                theta *= theta_scale;
-            }
-            cached_i2 = i2;
+                _ => Fill::start(pos, i2),
+            };
+            // SAFETY: each cache holds `n_dims = 2h` f32.
+            unsafe { f.step(caches[0], h, &a) };
+            cur = i2;
+            // Rows of this thread after this position's: then the next
+            // position comes (`i2 + 1`, or 0 of the next `i3`).
+            let after = left.saturating_sub(ne[1] - i1);
+            let following = (i2 + 1) % ne[2];
+            next = (after > 0 && following != i2).then(|| Fill::start(pos, following));
         }
         // SAFETY: in-range rows; contiguous aligned elements of `T`.
         let (src, dst) = unsafe { (x.row(i1, i2, i3) as *const T, d.row(i1, i2, i3) as *mut T) };
-        let (offset, step) = match p.mode {
-            RopeMode::Normal => (1, 2),
-            RopeMode::Neox => (nd / 2, 1),
-        };
-        for i0 in (0..nd).step_by(2) {
-            // Normal: pair (i0, i0 + 1); NeoX: pair (i0/2, i0/2 + nd/2).
-            let ic = i0 / 2 * step;
-            // SAFETY: `ic + offset < n_dims <= ne0` and `i0 + 1 < n_dims`.
-            // Both inputs are read before either output is written, so
-            // `dst == src` (in place) is fine.
-            unsafe {
-                let (c, s) = (*cache.add(i0), *cache.add(i0 + 1));
-                let x0 = (*src.add(ic)).to_f32();
-                let x1 = (*src.add(ic + offset)).to_f32();
-                *dst.add(ic) = T::from_f32(x0 * c - x1 * s);
-                *dst.add(ic + offset) = T::from_f32(x0 * s + x1 * c);
-            }
+        // SAFETY: rows of `ne0 >= n_dims` contiguous elements, a cache of
+        // `n_dims` f32 in the layout of the mode; `dst` equals `src` (in
+        // place) or does not overlap it (executor contract).
+        unsafe { rotate::<T>(simd, a.neox, dst, src, caches[0], nd) };
+        if !std::ptr::eq(src, dst) && ne[0] > nd {
+            // SAFETY: elements `nd..ne0` of both rows; distinct rows do not
+            // overlap (executor contract).
+            unsafe { std::ptr::copy_nonoverlapping(src.add(nd), dst.add(nd), ne[0] - nd) };
         }
-        for i in nd..ne[0] {
-            // SAFETY: `i < ne0`.
-            unsafe { *dst.add(i) = *src.add(i) };
+        if let Some(f) = &mut next {
+            // SAFETY: the spare cache holds `2h` f32.
+            unsafe { f.step(caches[1], chunk, &a) };
         }
+        left -= 1;
     }
     Ok(())
+}
+
+/// Rotate the first `nd` elements of one row with the cached cos/sin.
+///
+/// # Safety
+/// `nd` elements at `src` and `dst` (equal or not overlapping), `nd` f32 at
+/// `cache` laid out for the mode (see `run`).
+unsafe fn rotate<T: Float>(
+    simd: Simd,
+    neox: bool,
+    dst: *mut T,
+    src: *const T,
+    cache: *const f32,
+    nd: usize,
+) {
+    let h = nd / 2;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::rope_avx2 as v;
+        if simd.is_avx2() {
+            // SAFETY: `is_avx2` means the CPU has AVX2, FMA and F16C; the
+            // pointer preconditions are forwarded; `T::DTYPE` names `T`, so
+            // the casts keep the element type.
+            unsafe {
+                match (T::DTYPE, neox) {
+                    (DType::F32, false) => return v::normal_f32(dst.cast(), src.cast(), cache, nd),
+                    (DType::F16, false) => return v::normal_f16(dst.cast(), src.cast(), cache, nd),
+                    (DType::F32, true) => {
+                        return v::neox_f32(dst.cast(), src.cast(), cache, cache.add(h), h);
+                    }
+                    (DType::F16, true) => {
+                        return v::neox_f16(dst.cast(), src.cast(), cache, cache.add(h), h);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let _ = simd;
+    let (offset, step) = if neox { (h, 1) } else { (1, 2) };
+    for k in 0..h {
+        // Normal: pair (2k, 2k + 1); NeoX: pair (k, k + h).
+        let ic = k * step;
+        let (cc, cs) = if neox { (k, h + k) } else { (2 * k, 2 * k + 1) };
+        // SAFETY: `ic + offset < n_dims` and `cc, cs < n_dims`. Both inputs
+        // are read before either output is written (in place is fine).
+        unsafe {
+            let (c, s) = (*cache.add(cc), *cache.add(cs));
+            let x0 = (*src.add(ic)).to_f32();
+            let x1 = (*src.add(ic + offset)).to_f32();
+            *dst.add(ic) = T::from_f32(x0 * c - x1 * s);
+            *dst.add(ic + offset) = T::from_f32(x0 * s + x1 * c);
+        }
+    }
 }

@@ -7,19 +7,23 @@
 //! SET_ROWS (ggml's `ggml_compute_forward_set_rows`; Tessera's operands are
 //! `[dst, rows, ids]`): `dst[:, ids[i, i02 % r2, i03 % r3], i02, i03] =
 //! rows[:, i, i02, i03]`, converting the F32 rows to the destination's type
-//! (quantized with [`tessera::quant::from_f32`]). ids are I32 or I64.
+//! (quantized with [`tessera::quant::from_f32`] or its AVX2 twin, same bytes). ids are I32 or I64.
 //!
 //! The indices are data (from a file, a peer): an index outside the rows of
 //! the indexed tensor is an [`Error::OutOfBounds`] naming the op, the index
 //! and the row count, never a wild access. SET_ROWS checks every index
 //! before writing anything, so a bad index leaves the destination untouched.
+//! GET_ROWS copies F32 rows, widens F16 and dequantizes Q8_0/Q4_0 with the
+//! [`Simd`] conversions (AVX2), and splits the columns of each row between
+//! threads when there are fewer rows than threads.
 //! Threads of SET_ROWS split the *destination* rows (thread `idx % nth`
 //! writes row `idx`), so duplicate indices never race: the last source row
 //! with a given index wins, as in a sequential loop.
 
-use tessera::{DType, Error, Result, quant};
+use tessera::{DType, Error, Result};
 
-use super::elem::{Float, with_float};
+use super::elem::{Float, split_aligned, with_float};
+use super::simd::Simd;
 use super::{NodeCtx, TensorRef};
 
 /// Read index `(i0, i1, i2)` of an I32 or I64 index tensor.
@@ -72,7 +76,20 @@ pub fn get_rows(ctx: &NodeCtx) -> Result<()> {
     }
     let nc = sne[0];
     let nr = ine[0] * ine[1] * ine[2];
-    for i in ctx.split(nr) {
+    let simd = Simd::new(ctx.isa);
+    // Enough rows: threads split them. Fewer rows than threads (decode's
+    // single token): every thread takes a range of columns of each row,
+    // whole blocks and 64-byte aligned in the output.
+    let (row_range, cols) = if nr >= ctx.nth {
+        (ctx.split(nr), 0..nc)
+    } else {
+        let quantum = st.block_size().max(16);
+        (0..nr, split_aligned(ctx.ith, ctx.nth, nc, quantum))
+    };
+    if cols.is_empty() {
+        return Ok(());
+    }
+    for i in row_range {
         let (i10, i11, i12) = (i % ine[0], i / ine[0] % ine[1], i / (ine[0] * ine[1]));
         // SAFETY: `(i10, i11, i12)` is in range of `ids`.
         let idx = unsafe { read_index(&ids, i10, i11, i12) };
@@ -83,30 +100,63 @@ pub fn get_rows(ctx: &NodeCtx) -> Result<()> {
         // SAFETY: `row < ne01`, `i11 < ne02`, `i12 < ne03` (checked above);
         // `(i10, i11, i12)` is a row of `dst`.
         let (s, o) = unsafe { (src.row(row, i11, i12) as *const u8, d.row(i10, i11, i12)) };
-        if st.is_quantized() || st == DType::I32 {
-            let sbytes = st.row_size(nc)?;
-            // SAFETY: `support` checked that both tensors have contiguous rows,
-            // so each row is `row_size` bytes inside its tensor; `dst` does
-            // not overlap `src`.
-            let sr = unsafe { std::slice::from_raw_parts(s, sbytes) };
-            if st == DType::I32 {
-                // SAFETY: as above, an I32 row of `nc` elements.
-                let or = unsafe { std::slice::from_raw_parts_mut(o, sbytes) };
-                or.copy_from_slice(sr);
-            } else {
-                // SAFETY: as above, an F32 row of `nc` aligned elements.
-                let or = unsafe { std::slice::from_raw_parts_mut(o as *mut f32, nc) };
-                quant::to_f32(st, sr, or)?;
-            }
-            continue;
+        // SAFETY: a row of each tensor; `cols` lies in `0..nc` and starts
+        // and ends on block boundaries (or at `nc`).
+        unsafe { gather(simd, st, s, src.nb(0), o, d.nb(0), cols.clone())? };
+    }
+    Ok(())
+}
+
+/// Convert columns `cols` of one source row (`st`, element stride `snb`)
+/// into the result row (F32, or I32 for I32 sources; stride `onb`).
+///
+/// # Safety
+/// `s` and `o` are rows of their tensors; `cols` lies within the row and
+/// starts on a block boundary; quantized and I32 rows are contiguous (checked
+/// by `support`); the rows do not overlap.
+unsafe fn gather(
+    simd: Simd,
+    st: DType,
+    s: *const u8,
+    snb: usize,
+    o: *mut u8,
+    onb: usize,
+    cols: std::ops::Range<usize>,
+) -> Result<()> {
+    let n = cols.len();
+    if st.is_quantized() || st == DType::I32 {
+        let bs = st.block_size();
+        let (sbytes, soff) = (st.row_size(n)?, cols.start / bs * st.type_size());
+        // SAFETY: contiguous rows (precondition): these columns are `sbytes`
+        // bytes at `soff` of the source row and `n` 4-byte values at
+        // `4 * cols.start` of the result row.
+        let (sr, or) = unsafe {
+            (
+                std::slice::from_raw_parts(s.add(soff), sbytes),
+                std::slice::from_raw_parts_mut(o.add(4 * cols.start), 4 * n),
+            )
+        };
+        if st == DType::I32 {
+            or.copy_from_slice(sr);
+            return Ok(());
         }
-        let (snb, onb) = (src.nb(0), d.nb(0));
-        with_float!(st, T => {
-            for j in 0..nc {
-                // SAFETY: `j < nc`: aligned elements of the two rows.
+        // SAFETY: the result row holds aligned f32 (executor contract).
+        let of = unsafe { std::slice::from_raw_parts_mut(or.as_mut_ptr().cast::<f32>(), n) };
+        return simd.dequantize_row(st, sr, of);
+    }
+    // SAFETY: columns `cols` of two rows with the given strides.
+    let (s, o) = unsafe { (s.add(cols.start * snb), o.add(cols.start * onb)) };
+    match st {
+        // SAFETY: `n` contiguous elements of each row, not overlapping.
+        DType::F32 if snb == 4 && onb == 4 => unsafe { std::ptr::copy_nonoverlapping(s, o, 4 * n) },
+        // SAFETY: as above, aligned f16 and f32.
+        DType::F16 if snb == 2 && onb == 4 => unsafe { simd.f16_to_f32(o.cast(), s.cast(), n) },
+        _ => with_float!(st, T => {
+            for j in 0..n {
+                // SAFETY: `j < n`: aligned elements of the two rows.
                 unsafe { (o.add(j * onb) as *mut f32).write((s.add(j * snb) as *const T).read().to_f32()) };
             }
-        }, _ => return Err(Error::unsupported("CPU", format!("GET_ROWS of {st}"))));
+        }, _ => return Err(Error::unsupported("CPU", format!("GET_ROWS of {st}")))),
     }
     Ok(())
 }
@@ -150,6 +200,7 @@ pub fn set_rows(ctx: &NodeCtx) -> Result<()> {
         }
     }
     let nc = dne[0];
+    let simd = Simd::new(ctx.isa);
     let nth = ctx.nth.max(1);
     let (rnb, dnb) = (rows.nb(0), d.nb(0));
     for i03 in 0..rne[3] {
@@ -179,7 +230,13 @@ pub fn set_rows(ctx: &NodeCtx) -> Result<()> {
                             std::slice::from_raw_parts_mut(o, dt.row_size(nc)?),
                         )
                     };
-                    quant::from_f32(dt, sr, or)?;
+                    simd.quantize_row(dt, sr, or)?;
+                    continue;
+                }
+                if dt == DType::F16 && rnb == 4 && dnb == 2 {
+                    // SAFETY: `nc` contiguous aligned elements of each row;
+                    // `dst` does not overlap the rows.
+                    unsafe { simd.f32_to_f16(o.cast(), s.cast(), nc) };
                     continue;
                 }
                 with_float!(dt, T => {

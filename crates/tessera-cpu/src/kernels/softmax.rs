@@ -16,11 +16,17 @@
 //!
 //! F32 input and result, any element strides; in place works (each logit is
 //! read before its slot is written). Threads split the rows.
+//!
+//! Rows with contiguous elements (and mask rows) take the [`Simd`]
+//! primitives: three passes over the row (scale, mask and maximum; `exp`
+//! and f64 sum; normalise), with AVX2's polynomial `exp` (within 2 ulp,
+//! see `exp_avx2`) on that path.
 
 use half::f16;
 use tessera::{DType, Error, Op, Result};
 
 use super::elem::{Float, load, rows};
+use super::simd::{Prefetch, Simd};
 use super::{NodeCtx, TensorRef};
 
 /// Compute this thread's share of a SOFT_MAX node.
@@ -88,7 +94,11 @@ fn run<M: Float>(
     let ne = d.layout.ne;
     let n = ne[0];
     let (xnb, dnb) = (x.nb(0), d.nb(0));
-    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+    let simd = Simd::new(ctx.isa);
+    let contiguous = xnb == 4 && dnb == 4 && mask.is_none_or(|m| m.nb(0) == size_of::<M>());
+    let mask_f16 = M::DTYPE == DType::F16;
+    let mut it = rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne).peekable();
+    while let Some((i1, i2, i3)) = it.next() {
         let slope = alibi_slope(max_bias, i2, ne[2]);
         // SAFETY: in-range rows; the mask row indices are reduced modulo its
         // extents and `i1 < ne1 <= mask.ne1` (checked above).
@@ -96,6 +106,30 @@ fn run<M: Float>(
         // SAFETY: as above.
         let mr =
             mask.map(|m| unsafe { (m.row(i1, i2 % m.ne(2), i3 % m.ne(3)) as *const u8, m.nb(0)) });
+        if contiguous {
+            let (xp, yp) = (xr as *const f32, yr as *mut f32);
+            let m = mr.map(|(p, _)| (p, mask_f16, slope));
+            // While computing this row's exponentials, pull in the next row.
+            let pf = it.peek().map_or(Prefetch::NONE, |&(j1, j2, j3)| Prefetch {
+                // SAFETY: in-range row of both tensors.
+                rows: unsafe {
+                    [
+                        x.row(j1, j2, j3) as *const u8,
+                        d.row(j1, j2, j3) as *const u8,
+                    ]
+                },
+                bytes: 4 * n,
+            });
+            // SAFETY: rows of `n` contiguous f32 (the mask row: `n`
+            // contiguous elements of its type, `mask.ne0 == ne0`); `yp`
+            // equals `xp` or does not overlap it (executor contract).
+            unsafe {
+                let max = simd.softmax_scale_max(yp, xp, scale, m, n);
+                let sum = simd.exp_sub_sum(yp, max, n, pf);
+                simd.sub_scale(yp, yp, 0.0, (1.0 / sum) as f32, n, Prefetch::NONE);
+            }
+            continue;
+        }
         // Callers pass `i < n`: aligned f32 elements of the row; raw accesses
         // tolerate `yr == xr` (in place).
         let put = |i: usize, v: f32| {

@@ -6,11 +6,16 @@
 //! computing in f32 (see [`super::math`]). Any strides; in place works (each
 //! element is read before it is written, through raw pointers). Threads split
 //! the rows.
+//!
+//! F32 rows with contiguous elements take the [`Simd`] primitives for SCALE
+//! (bit-identical) and SILU (AVX2: the polynomial `exp` of `exp_avx2`, a
+//! few ulp from the C library's).
 
 use tessera::{DType, Error, Op, Result, UnaryOp};
 
 use super::elem::{Float, rows, with_float};
 use super::math;
+use super::simd::Simd;
 use super::{NodeCtx, TensorRef};
 
 /// Compute this thread's share of a SCALE node.
@@ -25,7 +30,51 @@ pub fn scale(ctx: &NodeCtx) -> Result<()> {
             format!("SCALE of {}", src.layout.dtype),
         ));
     }
-    map_rows::<f32>(ctx, &src, |x| x * scale + bias)
+    let simd = Simd::new(ctx.isa);
+    if let Some(done) = f32_rows(ctx, &src, |y, x, n| {
+        // SAFETY: forwarded from `f32_rows`' contract.
+        unsafe { simd.scale_bias(y, x, scale, bias, n) }
+    }) {
+        return done;
+    }
+    map_rows::<f32>(ctx, &src, |x| {
+        if bias == 0.0 {
+            x * scale
+        } else {
+            x * scale + bias
+        }
+    })
+}
+
+/// Run `row(y, x, n)` on this thread's rows if `src` and `dst` are F32 with
+/// contiguous rows of one shape (`None` otherwise). `row` gets two rows of
+/// `n` f32 that are equal (in place) or do not overlap.
+fn f32_rows(
+    ctx: &NodeCtx,
+    src: &TensorRef,
+    row: impl Fn(*mut f32, *const f32, usize),
+) -> Option<Result<()>> {
+    let d = &ctx.dst;
+    let ne = d.layout.ne;
+    if src.layout.dtype != DType::F32
+        || d.layout.dtype != DType::F32
+        || src.layout.ne != ne
+        || src.nb(0) != 4
+        || d.nb(0) != 4
+    {
+        return None;
+    }
+    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+        // SAFETY: in-range rows of both tensors.
+        let (x, y) = unsafe {
+            (
+                src.row(i1, i2, i3) as *const f32,
+                d.row(i1, i2, i3) as *mut f32,
+            )
+        };
+        row(y, x, ne[0]);
+    }
+    Some(Ok(()))
 }
 
 /// Compute this thread's share of a UNARY node.
@@ -40,6 +89,15 @@ pub fn unary(ctx: &NodeCtx) -> Result<()> {
             "CPU",
             format!("{} from {dt} to {}", f.name(), ctx.dst.layout.dtype),
         ));
+    }
+    if f == UnaryOp::Silu {
+        let simd = Simd::new(ctx.isa);
+        if let Some(done) = f32_rows(ctx, &src, |y, x, n| {
+            // SAFETY: forwarded from `f32_rows`' contract.
+            unsafe { simd.silu(y, x, None, n) }
+        }) {
+            return done;
+        }
     }
     with_float!(dt, T => match f {
         UnaryOp::Silu => map_rows::<T>(ctx, &src, math::silu),

@@ -1,0 +1,143 @@
+//! Unit tests of the executor's run loop: failures, panics and aborts on
+//! any thread keep every thread in step, with parallel and solo nodes.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use tessera::{DType, Device, Place};
+
+use super::*;
+
+fn boom(_: &NodeCtx) -> Result<()> {
+    panic!("kernel bug")
+}
+
+fn fail_on_thread_1(ctx: &NodeCtx) -> Result<()> {
+    if ctx.ith == 1 {
+        return Err(Error::OutOfBounds("thread 1 failed".into()));
+    }
+    Ok(())
+}
+
+fn fail_always(_: &NodeCtx) -> Result<()> {
+    Err(Error::OutOfBounds("node failed".into()))
+}
+
+/// Kernel calls, counted by the kernels below.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+/// Held by every test that calls `run_with` (they share `CALLS`).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn count(ctx: &NodeCtx) -> Result<()> {
+    CALLS.fetch_add(1, Ordering::SeqCst);
+    // A kernel may wait on its barrier (every thread of the node does).
+    ctx.barrier.wait();
+    Ok(())
+}
+
+/// A chain of 6 ADDs, planned; `solo[k]` says whether node `k` is solo
+/// (barriers recomputed as the planner does), node 2's kernel is
+/// `kernel` and the others `count`.
+fn run_with(kernel: KernelFn, nth: usize, solo: [bool; 6]) -> (Result<()>, Executor) {
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::F32, &[16]).unwrap();
+    let mut x = a;
+    for _ in 0..6 {
+        x = g.add(x, a).unwrap();
+    }
+    let buffer = crate::device()
+        .buffer_type()
+        .alloc_buffer(64 * g.len())
+        .unwrap();
+    let mut p = Placement::new(&g);
+    for id in g.ids() {
+        let place = Place {
+            buffer: Arc::clone(&buffer),
+            offset: 64 * id.index(),
+        };
+        p.set(&g, id, place).unwrap();
+    }
+    let mut ex = Executor::new(nth).unwrap();
+    ex.generation += 1;
+    let bytes = ex.plan_nodes(&g, &p, 0..g.len(), nth).unwrap();
+    assert_eq!(ex.plan.len(), 6);
+    // Tiny nodes are solo whenever there is more than one thread.
+    assert!(ex.plan.iter().all(|n| n.solo == (nth > 1)));
+    for (k, node) in ex.plan.iter_mut().enumerate() {
+        node.solo = solo[k];
+        node.kernel = if k == 2 { kernel } else { count };
+    }
+    for k in 0..6 {
+        let next = solo.get(k + 1).copied();
+        ex.plan[k].barrier_after = next.is_some_and(|n| !(solo[k] && n));
+    }
+    let r = ex.run(&g, nth, bytes, None, Isa::Scalar);
+    (r, ex)
+}
+
+const PATTERNS: [[bool; 6]; 5] = [
+    [false; 6],
+    [true; 6],
+    [true, false, true, true, false, true],
+    [false, true, false, false, true, true],
+    [true, true, false, true, false, false],
+];
+
+#[test]
+fn a_panicking_kernel_is_an_error_naming_the_node_and_threads_stay_in_step() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for nth in [1, 2, 3] {
+        for solo in PATTERNS {
+            let (r, mut ex) = run_with(boom, nth, solo);
+            match r {
+                Err(Error::Device { message, .. }) => {
+                    assert!(message.contains("panicked on node ADD #3"), "{message}");
+                }
+                other => panic!("expected a device error, got {other:?}"),
+            }
+            // The pool is still usable.
+            ex.plan.clear();
+            assert!(ex.run(&Graph::new(), nth, 0, None, Isa::Scalar).is_ok());
+        }
+    }
+}
+
+#[test]
+fn an_error_on_one_thread_stops_all() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (r, _) = run_with(fail_on_thread_1, 2, [false; 6]);
+    assert!(matches!(r, Err(Error::OutOfBounds(m)) if m == "thread 1 failed"));
+    // On one thread nobody is thread 1; a solo node runs on thread 0.
+    let (r, _) = run_with(fail_on_thread_1, 1, [false; 6]);
+    assert!(r.is_ok());
+    let (r, _) = run_with(fail_on_thread_1, 2, [true; 6]);
+    assert!(r.is_ok());
+}
+
+#[test]
+fn solo_and_parallel_nodes_run_once_per_thread_and_stop_together() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for nth in [2, 3] {
+        for solo in PATTERNS {
+            // Every node succeeds: a solo node is one call, a parallel
+            // node one per thread.
+            CALLS.store(0, Ordering::SeqCst);
+            let (r, _) = run_with(count, nth, solo);
+            assert!(r.is_ok());
+            let want: usize = solo.iter().map(|&s| if s { 1 } else { nth }).sum();
+            assert_eq!(CALLS.load(Ordering::SeqCst), want, "{solo:?}");
+            // Node 2 fails: nodes after the next barrier never run, on
+            // any thread, and the error is node 2's.
+            CALLS.store(0, Ordering::SeqCst);
+            let (r, _) = run_with(fail_always, nth, solo);
+            assert!(matches!(r, Err(Error::OutOfBounds(m)) if m == "node failed"));
+            // Nodes 0 and 1 ran; node 2 counts nothing; nothing after it
+            // runs: a barrier follows it, or solo nodes that thread 0
+            // skips once the failure is recorded.
+            let before: usize = solo[..2].iter().map(|&s| if s { 1 } else { nth }).sum();
+            assert_eq!(CALLS.load(Ordering::SeqCst), before, "{solo:?}");
+        }
+    }
+}

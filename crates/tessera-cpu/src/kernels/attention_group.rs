@@ -1,0 +1,266 @@
+//! One group of flash-attention rows: up to [`GROUP_ROWS`] (query, head) rows
+//! of one batch entry that share a KV head, computed in one pass over K and
+//! V (see [`super::attention`] for the op's semantics and the split into
+//! groups).
+//!
+//! Per block of [`KV_BLOCK`] keys: the scores of every row (multi-row dot
+//! products of K rows against the converted queries), the mask, scale and
+//! softcap, the online-softmax update per row, and one V pass that adds the
+//! weighted V rows to every row's accumulator. Keys masked for every row of
+//! the group are dropped before K and V are read.
+
+use tessera::{Error, Result};
+
+use super::TensorRef;
+use crate::isa::Isa;
+use super::act_quant::convert_strided;
+use super::attention::{Alibi, GROUP_ROWS, KV_BLOCK};
+use super::attention_vec::{ExpFn, F16RowFn, VaccFn};
+use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+
+/// A thread's scratch, cut into per-row parts.
+pub(crate) struct GroupBufs<'s> {
+    /// [`GROUP_ROWS`] queries converted to K's type, `q_stride` bytes apart.
+    pub q: &'s mut [u8],
+    pub q_stride: usize,
+    /// [`GROUP_ROWS`] f32 accumulators of `dv` values, one after the other.
+    pub acc: &'s mut [f32],
+    /// [`GROUP_ROWS`] blocks of [`KV_BLOCK`] scores (then weights).
+    pub scores: &'s mut [f32],
+}
+
+/// The per-node constants of the group computation.
+pub(crate) struct Group {
+    pub q: TensorRef,
+    pub k: TensorRef,
+    pub v: TensorRef,
+    pub mask: Option<TensorRef>,
+    pub dst: TensorRef,
+    pub dot: DotFn,
+    pub tile: Option<TileFn>,
+    pub vacc: VaccFn,
+    pub exp: ExpFn,
+    pub f16_row: F16RowFn,
+    pub isa: Isa,
+    /// `scale`, divided by the softcap when there is one.
+    pub scale: f32,
+    pub softcap: f32,
+    pub alibi: Alibi,
+}
+
+/// One row of a group: where it comes from and its softmax state.
+#[derive(Clone, Copy)]
+struct RowState<'m> {
+    iq1: usize,
+    iq2: usize,
+    slope: f32,
+    /// The row's mask (`n_kv` f16), if any.
+    mask: Option<&'m [u8]>,
+    max: f32,
+    sum: f32,
+}
+
+fn scratch_error() -> Error {
+    Error::device("CPU", "FLASH_ATTN_EXT: group scratch too small")
+}
+
+impl Group {
+    /// Rows `rows` (numbered query-major: `r = iq1 * heads_per_kv + h`) of
+    /// KV head `ik2` in batch entry `iq3`.
+    pub fn compute(
+        &self,
+        iq3: usize,
+        ik2: usize,
+        rows: std::ops::Range<usize>,
+        b: &mut GroupBufs,
+    ) -> Result<()> {
+        let (n_head, dk, n_kv) = (self.q.ne(2), self.k.ne(0), self.k.ne(1));
+        let rk2 = n_head / self.k.ne(2);
+        let ik3 = iq3 / (self.q.ne(3) / self.k.ne(3));
+        let dv = self.v.ne(0);
+        let ng = rows.len().min(GROUP_ROWS);
+        let kt = self.k.layout.dtype;
+        let q_len = kt.row_size(dk)?;
+        if ng == 0 {
+            return Ok(());
+        }
+        if q_len > b.q_stride
+            || b.q.len() < ng * b.q_stride
+            || b.acc.len() < ng * dv
+            || b.scores.len() < ng * KV_BLOCK
+        {
+            return Err(scratch_error());
+        }
+
+        // The rows: convert each query, find its mask row.
+        let mut st = [RowState {
+            iq1: 0,
+            iq2: 0,
+            slope: 1.0,
+            mask: None,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+        }; GROUP_ROWS];
+        for (g, r) in rows.take(ng).enumerate() {
+            let (iq1, iq2) = (r / rk2, ik2 * rk2 + r % rk2);
+            let out = b
+                .q
+                .get_mut(g * b.q_stride..g * b.q_stride + q_len)
+                .ok_or_else(scratch_error)?;
+            if dk > 0 {
+                // SAFETY: iq1 < n_q and iq2 < n_head (r < n_q * rk2, ik2 <
+                // n_kv_head), iq3 < ne3: the row holds dk f32 at stride nb0.
+                unsafe {
+                    let qr = self.q.row(iq1, iq2, iq3);
+                    convert_strided(self.isa, kt, qr, self.q.nb(0), dk, out)?;
+                }
+            }
+            let mask = self.mask.filter(|_| n_kv > 0).map(|m| {
+                // SAFETY: iq1 < n_q <= mask ne1, the moduli are below ne2/ne3
+                // (> 0, checked), and the row holds at least n_kv contiguous f16.
+                unsafe {
+                    std::slice::from_raw_parts(m.row(iq1, iq2 % m.ne(2), iq3 % m.ne(3)), 2 * n_kv)
+                }
+            });
+            st[g] = RowState {
+                iq1,
+                iq2,
+                slope: self.alibi.slope(iq2),
+                mask,
+                max: f32::NEG_INFINITY,
+                sum: 0.0,
+            };
+        }
+        let st = &mut st[..ng];
+        b.acc[..ng * dv].fill(0.0);
+
+        let (k_row, v_row) = (self.k.layout.row_bytes(), self.v.layout.row_bytes());
+        let mut mvals = [[0f32; KV_BLOCK]; GROUP_ROWS];
+        for c0 in (0..n_kv).step_by(KV_BLOCK) {
+            let c1 = (c0 + KV_BLOCK).min(n_kv);
+            // Mask values (times the slope); keys masked for every row are dropped.
+            let mut live = [0u16; KV_BLOCK];
+            let mut n_live = 0;
+            for (g, row) in st.iter().enumerate() {
+                if let Some(m) = row.mask {
+                    let mv = &mut mvals[g][..c1 - c0];
+                    (self.f16_row)(m.get(2 * c0..2 * c1).unwrap_or(&[]), mv);
+                    mv.iter_mut().for_each(|x| *x *= row.slope);
+                }
+            }
+            for j in 0..c1 - c0 {
+                let masked = st.iter().enumerate().all(|(g, row)| {
+                    row.mask.is_some() && mvals[g][j] == f32::NEG_INFINITY
+                });
+                if !masked {
+                    live[n_live] = j as u16;
+                    n_live += 1;
+                }
+            }
+            if n_live == 0 {
+                continue;
+            }
+            let key = |l: usize| c0 + usize::from(live[l]);
+            let krow = |j: usize| -> &[u8] {
+                if k_row == 0 {
+                    return &[];
+                }
+                // SAFETY: j < n_kv and (ik2, ik3) are in k's range; rows are contiguous.
+                unsafe { std::slice::from_raw_parts(self.k.row(j, ik2, ik3), k_row) }
+            };
+
+            // Raw scores of the live keys: scores[g * KV_BLOCK + l].
+            let qrow = |g: usize| &b.q[g * b.q_stride..g * b.q_stride + q_len];
+            if let Some(tile) = self.tile {
+                let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+                for l0 in (0..n_live).step_by(TILE_ROWS) {
+                    let nl = (n_live - l0).min(TILE_ROWS);
+                    let xs: [&[u8]; TILE_ROWS] =
+                        std::array::from_fn(|i| if i < nl { krow(key(l0 + i)) } else { &[] });
+                    for g0 in (0..ng).step_by(TILE_COLS) {
+                        let nc = (ng - g0).min(TILE_COLS);
+                        let ys: [&[u8]; TILE_COLS] =
+                            std::array::from_fn(|c| if c < nc { qrow(g0 + c) } else { &[] });
+                        tile(&xs[..nl], &ys[..nc], &mut out);
+                        for (c, o) in out.iter().enumerate().take(nc) {
+                            let base = (g0 + c) * KV_BLOCK + l0;
+                            b.scores[base..base + nl].copy_from_slice(&o[..nl]);
+                        }
+                    }
+                }
+            } else {
+                for l in 0..n_live {
+                    let kr = krow(key(l));
+                    for g in 0..ng {
+                        b.scores[g * KV_BLOCK + l] = (self.dot)(kr, qrow(g));
+                    }
+                }
+            }
+
+            // Scale, softcap, mask; then the online-softmax update per row.
+            for (g, row) in st.iter_mut().enumerate() {
+                let sc = &mut b.scores[g * KV_BLOCK..g * KV_BLOCK + n_live];
+                let mut bmax = f32::NEG_INFINITY;
+                let mut any = false;
+                for (l, s) in sc.iter_mut().enumerate() {
+                    let mv = if row.mask.is_some() {
+                        mvals[g][usize::from(live[l])]
+                    } else {
+                        0.0
+                    };
+                    if mv == f32::NEG_INFINITY {
+                        *s = f32::NEG_INFINITY;
+                        continue;
+                    }
+                    let mut x = *s * self.scale;
+                    if self.softcap != 0.0 {
+                        x = self.softcap * x.tanh();
+                    }
+                    x += mv;
+                    *s = x;
+                    any |= x != f32::NEG_INFINITY;
+                    bmax = bmax.max(x);
+                }
+                if !any {
+                    sc.fill(0.0);
+                    continue;
+                }
+                let new_max = row.max.max(bmax);
+                if new_max > row.max {
+                    let ms = (row.max - new_max).exp();
+                    b.acc[g * dv..(g + 1) * dv]
+                        .iter_mut()
+                        .for_each(|a| *a *= ms);
+                    row.sum *= ms;
+                    row.max = new_max;
+                }
+                row.sum += (self.exp)(sc, row.max);
+            }
+
+            // One pass over the live V rows for every row of the group.
+            let mut vrows: [&[u8]; KV_BLOCK] = [&[]; KV_BLOCK];
+            for (l, vr) in vrows.iter_mut().enumerate().take(n_live) {
+                if v_row > 0 {
+                    // SAFETY: the key is < n_kv; (ik2, ik3) are in v's range
+                    // (v has k's heads and batch); rows are contiguous.
+                    *vr = unsafe { std::slice::from_raw_parts(self.v.row(key(l), ik2, ik3), v_row) };
+                }
+            }
+            (self.vacc)(&mut b.acc[..ng * dv], dv, b.scores, KV_BLOCK, &vrows[..n_live]);
+        }
+
+        for (g, row) in st.iter().enumerate() {
+            let inv = if row.sum == 0.0 { 0.0 } else { 1.0 / row.sum };
+            let acc = &mut b.acc[g * dv..(g + 1) * dv];
+            acc.iter_mut().for_each(|a| *a *= inv);
+            // SAFETY: dst is contiguous f32 [dv, n_head, n_q, ne3]; row (iq2,
+            // iq1, iq3) is in range, holds dv values, and belongs to this
+            // thread's groups only.
+            unsafe {
+                let d = self.dst.row(row.iq2, row.iq1, iq3);
+                std::ptr::copy_nonoverlapping(acc.as_ptr().cast::<u8>(), d, dv * 4);
+            }
+        }
+        Ok(())
+    }
+}

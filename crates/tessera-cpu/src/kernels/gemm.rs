@@ -1,0 +1,333 @@
+//! MUL_MAT with many columns: a cache-blocked, packed GEMM. Weight panels
+//! are converted while packing, once per weight and shared by every column:
+//!
+//! - **f32 path** (every weight type, every ISA): panels are dequantized to
+//!   f32 and a register-tiled FMA micro-kernel (`gemm_avx2`, `gemm_avx512`,
+//!   `gemm_portable`) multiplies them with f32 activations. Precision: the
+//!   weights are ggml's `to_float` values, activations stay f32, sums are
+//!   f32 — tighter than ggml, which quantizes the activations.
+//! - **integer path** (`gemm_q8`; Q4_0, Q8_0, Q4_K, Q6_K with AVX-512 VNNI
+//!   in `gemm_vnni`, Q4_0, Q4_K, Q6_K with plain AVX2 in `gemm_q8_avx2`):
+//!   weights stay 8-bit codes, activations are quantized to 8 bits per 32
+//!   values (like ggml's Q8_0), and `vpdpbusd` (64 multiply-adds per
+//!   instruction) or `vpmaddubsw` sums byte products exactly per sub-block.
+//!   Same error class as ggml's quantized path.
+//!
+//! `dst[i, j, i12, i13] = sum_l a[l, i, i12 / r2, i13 / r3] * b[l, j, i12, i13]`,
+//! viewed per weight matrix `p = (i02, i03)` as `C = A B` with `A` its `m x k`
+//! rows and `B` the `ncol = n * r2 * r3` columns (`b` rows) that use it.
+//!
+//! **Blocking** (BLIS-style, [`KC`] x `MC`, see `gemm_driver`): B columns
+//! are packed into `NR`-wide panels over all of `k` in shared scratch (all
+//! threads pack; one barrier), in blocks of at most `BP_CAP` bytes. Then the
+//! threads take *units* — (matrix, up to `MC` rows, a range of column
+//! panels) — from a shared counter, so a descheduled thread does not hold
+//! the others back. For each `KC` slice of `k` a unit packs its rows into
+//! per-thread `MR`-row A panels (L2-resident), prefetching the next slice's
+//! weights, and runs the micro-kernel on every (B panel, A panel) pair: the
+//! B panel stays in L1 while the A panels stream from L2. Output tiles are
+//! written on the first slice and accumulated on the others; each output
+//! element belongs to one unit.
+//!
+//! [`applies`] says when this path is used instead of the per-row dot
+//! products of [`super::matmul`]: valid operands with enough columns per
+//! weight matrix for the packing to pay (measured, see `min_cols`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Result};
+
+use super::NodeCtx;
+use super::gemm_driver::Plan;
+use super::gemm_pack::{KernelFn, Kernels, MR_MAX};
+use super::gemm_q8::{Q8Kernels, QKernelFn, b_group_bytes, sub_size};
+use crate::isa::Isa;
+
+/// Values of `k` per slice (a multiple of every block size: 256).
+pub(crate) const KC: usize = 256;
+/// Most weight rows per unit (a multiple of every `MR`): the A panels of a
+/// unit, `MC * KC * 4` bytes, stay in L2.
+pub(crate) const MC: usize = 256;
+/// Most bytes of packed B at a time; larger products pack B in blocks (the
+/// unit tests use a small cap to cover the block loop).
+const BP_CAP: usize = if cfg!(test) { 64 << 10 } else { 64 << 20 };
+/// A cache line.
+pub(crate) const LINE: usize = 64;
+
+/// Should MUL_MAT of weights `a` by activations `b` use the GEMM?
+pub fn applies(a: &Layout, b: &Layout) -> bool {
+    check(a, b).is_ok() && cols_per_matrix(a, b) >= min_cols(a.dtype)
+}
+
+/// Scratch bytes the GEMM needs for `a x b` on `nth` threads (enough for
+/// every path and kernel set), `usize::MAX` on overflow.
+pub fn scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+    all_paths(a.dtype)
+        .into_iter()
+        .map(|p| Sizes::new(a, b, nth, &p).map_or(usize::MAX, |s| s.total))
+        .max()
+        .unwrap_or(usize::MAX)
+}
+
+/// Compute this thread's share of `dst = a^T b` (every thread of the node
+/// calls it; threads wait on the same barriers whatever happens).
+pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
+    // Validation depends only on the node, never on `ith`: every thread gets
+    // the same answer, so on failure no thread waits on a barrier.
+    let plan = Plan::new(ctx)?;
+    plan.run(ctx);
+    Ok(())
+}
+
+/// [`set_min_cols_override`]'s value plus one (0: none).
+static MIN_COLS_OVERRIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide: use the GEMM from `cols` columns per weight matrix on
+/// (`None`: the measured per-type default). For benchmarks that compare the
+/// GEMM with the dot-product path on the same shapes; change it only while
+/// no graph is planned or computed (scratch sizing and the kernel must
+/// agree).
+#[doc(hidden)]
+pub fn set_min_cols_override(cols: Option<usize>) {
+    let v = cols.map_or(0, |c| c.saturating_add(1));
+    MIN_COLS_OVERRIDE.store(v, Ordering::Relaxed);
+}
+
+/// Columns per weight matrix from which the GEMM beats the dot products
+/// (measured with `benches/gemm.rs` at m = 4096, k = 14336, 2 threads, on
+/// a Xeon with AVX-512 VNNI, and with `TESSERA_CPU_ISA=avx2`). The integer
+/// path packs cheaply (byte codes, 4 per transposed lane) and wins from 8
+/// (VNNI) or 8-10 (AVX2) columns; f32 panels pay a dequantize-and-transpose
+/// per weight, which the dot products (no packing) beat up to about 20
+/// columns for the float types and 24-40 for quantized types without an
+/// integer kernel. Depends on the dot-product path too: re-measure when
+/// either changes.
+fn min_cols(t: DType) -> usize {
+    if let Some(v) = MIN_COLS_OVERRIDE.load(Ordering::Relaxed).checked_sub(1) {
+        return v;
+    }
+    let vnni = super::gemm_vnni::kernels().is_some_and(|k| k.types.contains(&t));
+    let int = int_kernels(t).is_some();
+    match t {
+        _ if vnni => 8,
+        DType::Q6K if int => 8,
+        _ if int => 10,
+        DType::F32 | DType::F16 | DType::BF16 => 20,
+        DType::Q8_0 => 24,
+        _ => 40,
+    }
+}
+
+/// Columns (rows of `b`) multiplied by each weight matrix.
+pub(crate) fn cols_per_matrix(a: &Layout, b: &Layout) -> usize {
+    let r2 = b.ne[2].checked_div(a.ne[2]).unwrap_or(0);
+    let r3 = b.ne[3].checked_div(a.ne[3]).unwrap_or(0);
+    b.ne[1].saturating_mul(r2).saturating_mul(r3)
+}
+
+/// Operand checks (the same as the dot-product path's).
+pub(crate) fn check(a: &Layout, b: &Layout) -> Result<()> {
+    let bad = |why: String| Err(Error::op("MUL_MAT", why));
+    if !MUL_MAT_WEIGHT_TYPES.contains(&a.dtype) || a.dtype == DType::Q8K || a.dtype.is_int() {
+        return bad(format!("weights of type {} are not supported", a.dtype));
+    }
+    if b.dtype != DType::F32 {
+        return bad(format!("activations must be f32, not {}", b.dtype));
+    }
+    if a.ne[0] != b.ne[0] {
+        return bad(format!("a {a} and b {b} differ in row length"));
+    }
+    if !a.ne[0].is_multiple_of(a.dtype.block_size()) {
+        return bad(format!("a {a}: rows are not whole {} blocks", a.dtype));
+    }
+    if a.ne[2] == 0
+        || a.ne[3] == 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
+    {
+        return bad(format!("a {a} cannot be broadcast over b {b}"));
+    }
+    if !a.is_contiguous_rows() {
+        return bad(format!("a {a} must have contiguous rows"));
+    }
+    a.checked_nbytes()?;
+    b.checked_nbytes()?;
+    Ok(())
+}
+
+/// Which panels and micro-kernel a product uses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Path {
+    /// Weights dequantized to f32 panels, f32 activations.
+    F32 {
+        ks: &'static Kernels,
+        kernel: KernelFn,
+        nr: usize,
+    },
+    /// Weights as 8-bit codes, activations quantized; sub-blocks of `s`.
+    Q8 {
+        qk: &'static Q8Kernels,
+        kernel: QKernelFn,
+        nr: usize,
+        s: usize,
+    },
+}
+
+impl Path {
+    /// The path for weights of type `t` with `ncol` columns per matrix on
+    /// `isa`: the integer one where the CPU has VNNI and `t` a sub-block
+    /// layout, else f32 with AVX-512, AVX2 or portable kernels.
+    pub(crate) fn choose(t: DType, ncol: usize, isa: Isa) -> Path {
+        // Any SIMD family selects the best kernels the CPU has (AVX-512 VNNI,
+        // AVX-512F, AVX2, checked at run time); `Scalar` the portable ones.
+        let simd = isa != Isa::Scalar;
+        if simd && let (Some(qk), Some(s)) = (int_kernels(t), sub_size(t)) {
+            let i = narrow(qk.nr, ncol);
+            let si = usize::from(s == 16);
+            return Path::Q8 {
+                qk,
+                kernel: qk.kernel[si][i],
+                nr: qk.nr[i],
+                s,
+            };
+        }
+        let ks = match (super::gemm_avx512::kernels(), super::gemm_avx2::kernels()) {
+            (Some(k), _) if simd => k,
+            (_, Some(k)) if simd => k,
+            _ => &super::gemm_portable::KERNELS,
+        };
+        let i = narrow(ks.nr, ncol);
+        Path::F32 {
+            ks,
+            kernel: ks.kernel[i],
+            nr: ks.nr[i],
+        }
+    }
+
+    /// Rows per A panel.
+    pub(crate) fn mr(&self) -> usize {
+        match self {
+            Path::F32 { ks, .. } => ks.mr,
+            Path::Q8 { qk, .. } => qk.mr,
+        }
+    }
+
+    /// Columns per B panel.
+    pub(crate) fn nr(&self) -> usize {
+        match *self {
+            Path::F32 { nr, .. } | Path::Q8 { nr, .. } => nr,
+        }
+    }
+
+    /// Bytes of one packed B group over `k` values.
+    fn group_bytes(&self, k: usize) -> Option<usize> {
+        match *self {
+            Path::F32 { nr, .. } => nr.checked_mul(k)?.checked_mul(4),
+            Path::Q8 { nr, s, .. } => b_group_bytes(k, nr, s),
+        }
+    }
+}
+
+/// Every path (each width of each kernel set) weights of type `t` may take
+/// on this CPU, for scratch sizing.
+fn all_paths(t: DType) -> Vec<Path> {
+    let mut v = Vec::new();
+    let mut sets = vec![&super::gemm_portable::KERNELS];
+    sets.extend(super::gemm_avx2::kernels());
+    sets.extend(super::gemm_avx512::kernels());
+    for ks in sets {
+        for (i, &nr) in ks.nr.iter().enumerate() {
+            v.push(Path::F32 {
+                ks,
+                kernel: ks.kernel[i],
+                nr,
+            });
+        }
+    }
+    let int = [super::gemm_vnni::kernels(), super::gemm_q8_avx2::kernels()];
+    for qk in int.into_iter().flatten().filter(|k| k.types.contains(&t)) {
+        let Some(s) = sub_size(t) else { break };
+        for (i, &nr) in qk.nr.iter().enumerate() {
+            v.push(Path::Q8 {
+                qk,
+                kernel: qk.kernel[usize::from(s == 16)][i],
+                nr,
+                s,
+            });
+        }
+    }
+    v
+}
+
+/// The integer kernel set for weights of type `t` on this CPU, if any:
+/// VNNI where the CPU has it (and the ISA is not forced to AVX2), else the
+/// AVX2 one for the types it can take.
+pub(crate) fn int_kernels(t: DType) -> Option<&'static Q8Kernels> {
+    sub_size(t)?;
+    let sets = [super::gemm_vnni::kernels(), super::gemm_q8_avx2::kernels()];
+    sets.into_iter().flatten().find(|k| k.types.contains(&t))
+}
+
+/// Which of two panel widths wastes the least work on `ncol` columns (the
+/// narrow kernel is assumed 10 % slower per column).
+fn narrow(nr: [usize; 2], ncol: usize) -> usize {
+    let cost = |i: usize| ncol.div_ceil(nr[i]) * nr[i] * if i == 0 { 10 } else { 11 };
+    usize::from(cost(1) < cost(0))
+}
+
+/// Sizes and scratch offsets of one product on one path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    /// B panels per weight matrix, in all, per packed block; blocks.
+    pub gpm: usize,
+    pub groups: usize,
+    pub block_groups: usize,
+    pub nblocks: usize,
+    /// Bytes of one B panel group.
+    pub group_bytes: usize,
+    /// Offset of the packed B block (after one counter line per block).
+    pub bp_off: usize,
+    /// Offset of thread 0's buffers, and bytes per thread.
+    pub thread_off: usize,
+    pub per_thread: usize,
+    /// Scratch bytes in all.
+    pub total: usize,
+}
+
+/// Bytes of each thread's buffers: A panels, converted rows, zeros.
+pub(crate) const AP_BYTES: usize = MC * KC * 4;
+pub(crate) const TMP_BYTES: usize = MR_MAX * KC * 4;
+pub(crate) const ZERO_BYTES: usize = KC * 4;
+
+impl Sizes {
+    pub(crate) fn new(a: &Layout, b: &Layout, nth: usize, path: &Path) -> Option<Sizes> {
+        let k = a.ne[0];
+        let nr = path.nr().max(1);
+        let ncol = cols_per_matrix(a, b);
+        let nmat = a.ne[2].checked_mul(a.ne[3])?;
+        let gpm = ncol.div_ceil(nr);
+        let groups = gpm.checked_mul(nmat)?;
+        let group_bytes = path.group_bytes(k)?.checked_add(LINE - 1)? / LINE * LINE;
+        let block_groups = BP_CAP
+            .checked_div(group_bytes)
+            .unwrap_or(groups)
+            .clamp(1, groups.max(1));
+        let nblocks = groups.div_ceil(block_groups);
+        let bp_off = nblocks.checked_mul(LINE)?;
+        let bp_bytes = block_groups.checked_mul(group_bytes)?;
+        let per_thread = AP_BYTES + TMP_BYTES + ZERO_BYTES;
+        let thread_off = bp_off.checked_add(bp_bytes)?;
+        let total = thread_off.checked_add(per_thread.checked_mul(nth.max(1))?)?;
+        Some(Sizes {
+            gpm,
+            groups,
+            block_groups,
+            nblocks,
+            group_bytes,
+            bp_off,
+            thread_off,
+            per_thread,
+            total,
+        })
+    }
+}

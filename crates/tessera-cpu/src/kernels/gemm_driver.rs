@@ -1,0 +1,382 @@
+//! The GEMM's execution ([`super::gemm`] describes the algorithm): the
+//! validated plan of one MUL_MAT node, the shared B packing with its
+//! barriers, the units handed out by a counter, and each unit's loop over
+//! `k` slices (A packing, prefetch of the next slice, micro-kernel calls)
+//! on either path.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tessera::{DType, Error, Op, Result};
+
+use super::gemm::{AP_BYTES, KC, LINE, MC, Path, Sizes, TMP_BYTES, check, cols_per_matrix};
+use super::gemm_pack::{PackBufs, PanelSrc, SlicePrefetch, Tile, pack_a, pack_b};
+use super::gemm_q8::{QTile, pack_a_q8, pack_b_q8};
+use super::{NodeCtx, TensorRef};
+
+/// Most columns per B panel of any kernel set.
+const NR_MAX: usize = 12;
+/// Values of `k` per B-packing work item (a multiple of every block size).
+const KB: usize = 1024;
+
+/// Everything the threads need, validated once.
+pub(crate) struct Plan {
+    a: TensorRef,
+    b: TensorRef,
+    dst: TensorRef,
+    path: Path,
+    mr: usize,
+    nr: usize,
+    k: usize,
+    m: usize,
+    /// `b`'s ne1 and the broadcast ratios.
+    n: usize,
+    r2: usize,
+    r3: usize,
+    ncol: usize,
+    sizes: Sizes,
+    scratch: *mut u8,
+}
+
+/// One thread's buffers: A panels (f32, or codes then scales), conversion
+/// rows and a zero row.
+struct ThreadBufs {
+    pack: PackBufs,
+    ap: *mut u8,
+}
+
+impl Plan {
+    pub(crate) fn new(ctx: &NodeCtx) -> Result<Self> {
+        if !matches!(ctx.op, Op::MulMat) {
+            return Err(Error::op(
+                "MUL_MAT",
+                format!("kernel called for {}", ctx.op.name()),
+            ));
+        }
+        let (a, b, dst) = (ctx.src(0)?, ctx.src(1)?, ctx.dst);
+        let (la, lb, ld) = (a.layout, b.layout, dst.layout);
+        check(&la, &lb)?;
+        let want = [la.ne[1], lb.ne[1], lb.ne[2], lb.ne[3]];
+        if ld.dtype != DType::F32 || ld.ne != want || !ld.is_contiguous() {
+            return Err(Error::op(
+                "MUL_MAT",
+                format!("dst {ld} must be contiguous f32 {want:?}"),
+            ));
+        }
+        let ncol = cols_per_matrix(&la, &lb);
+        let path = Path::choose(la.dtype, ncol, ctx.isa);
+        let sizes = Sizes::new(&la, &lb, ctx.nth, &path)
+            .ok_or_else(|| Error::Overflow(format!("MUL_MAT scratch for a {la}, b {lb}")))?;
+        let s = ctx.scratch;
+        if s.len < sizes.total || s.ptr.is_null() || !(s.ptr as usize).is_multiple_of(LINE) {
+            return Err(Error::InvalidLayout(format!(
+                "MUL_MAT needs {} bytes of 64-byte aligned scratch, {} given",
+                sizes.total, s.len
+            )));
+        }
+        Ok(Plan {
+            a,
+            b,
+            dst,
+            path,
+            mr: path.mr(),
+            nr: path.nr(),
+            k: la.ne[0],
+            m: la.ne[1],
+            n: lb.ne[1],
+            r2: lb.ne[2] / la.ne[2],
+            r3: lb.ne[3] / la.ne[3],
+            ncol,
+            sizes,
+            scratch: s.ptr,
+        })
+    }
+
+    /// The counter handing out the units of block `jb`.
+    fn counter(&self, jb: usize) -> &AtomicUsize {
+        // SAFETY: the scratch starts with `nblocks` cache lines of counters
+        // (checked in `new`), 64-byte aligned, only ever accessed atomically
+        // by the node's threads.
+        unsafe { &*self.scratch.add(jb * LINE).cast::<AtomicUsize>() }
+    }
+
+    /// Packed B group `i` of the current block.
+    fn group(&self, i: usize) -> *mut u8 {
+        // SAFETY: i < block_groups groups of group_bytes, inside the scratch
+        // (Sizes::total covers them).
+        unsafe {
+            self.scratch
+                .add(self.sizes.bp_off + i * self.sizes.group_bytes)
+        }
+    }
+
+    pub(crate) fn run(&self, ctx: &NodeCtx) {
+        let s = self.sizes;
+        let nth = ctx.nth.max(1);
+        if ctx.ith == 0 {
+            // Every thread's first unit is its index; the counters hand out
+            // the rest. Published by the first barrier.
+            for jb in 0..s.nblocks {
+                self.counter(jb).store(nth, Ordering::Relaxed);
+            }
+        }
+        let bufs = self.thread_bufs(ctx.ith);
+        for jb in 0..s.nblocks {
+            let g0 = jb * s.block_groups;
+            let g1 = s.groups.min(g0 + s.block_groups);
+            self.pack_b_share(ctx, g0..g1);
+            ctx.barrier.wait();
+            self.compute_block(ctx, jb, g0..g1, &bufs);
+            if jb + 1 < s.nblocks {
+                // The next block overwrites the packed B.
+                ctx.barrier.wait();
+            }
+        }
+    }
+
+    /// This thread's buffers.
+    fn thread_bufs(&self, ith: usize) -> ThreadBufs {
+        let off = self.sizes.thread_off + ith * self.sizes.per_thread;
+        // SAFETY: thread `ith < nth` owns `per_thread` bytes at `off`, inside
+        // the scratch (Sizes::total); every part is 64-byte aligned.
+        unsafe {
+            let ap = self.scratch.add(off);
+            let tmp = self.scratch.add(off + AP_BYTES).cast::<f32>();
+            let zeros = self.scratch.add(off + AP_BYTES + TMP_BYTES).cast::<f32>();
+            std::ptr::write_bytes(zeros, 0, KC);
+            ThreadBufs {
+                pack: PackBufs {
+                    tmp,
+                    kc_max: KC,
+                    zeros,
+                },
+                ap,
+            }
+        }
+    }
+
+    /// (i11, i12, i13) of column `c` of weight matrix `p`.
+    fn col_index(&self, p: usize, c: usize) -> (usize, usize, usize) {
+        let ne02 = self.a.ne(2);
+        let (i02, i03) = (p % ne02, p / ne02);
+        let (s, t, i11) = (c / (self.r2 * self.n), c / self.n % self.r2, c % self.n);
+        (i11, i02 * self.r2 + t, i03 * self.r3 + s)
+    }
+
+    /// Pack this thread's share of B groups `groups` (the current block).
+    fn pack_b_share(&self, ctx: &NodeCtx, groups: Range<usize>) {
+        let (k, nr) = (self.k, self.nr);
+        let kchunks = k.div_ceil(KB);
+        for item in ctx.split(groups.len() * kchunks) {
+            let g = groups.start + item / kchunks;
+            let (l0, l1) = (item % kchunks * KB, (item % kchunks * KB + KB).min(k));
+            let (p, lg) = (g / self.sizes.gpm, g % self.sizes.gpm);
+            let mut cols = [std::ptr::null::<u8>(); NR_MAX];
+            let valid = nr.min(self.ncol - lg * nr);
+            for (c, col) in cols.iter_mut().enumerate().take(valid) {
+                let (i11, i12, i13) = self.col_index(p, lg * nr + c);
+                // SAFETY: the indices are in range for `b` (column < ncol).
+                *col = unsafe { self.b.row(i11, i12, i13) };
+            }
+            let out = self.group(g - groups.start);
+            let nb0 = self.b.nb(0);
+            // SAFETY: each column holds k values at stride nb0; the group
+            // holds all of k and this item's rows l0..l1 are written by this
+            // thread only (work items are disjoint).
+            unsafe {
+                match self.path {
+                    Path::F32 { .. } => pack_b(&cols[..valid], nb0, nr, l0, l1, out.cast()),
+                    Path::Q8 { s, .. } => pack_b_q8(&cols[..valid], nb0, nr, s, k, l0, l1, out),
+                }
+            }
+        }
+    }
+
+    /// Units of a block: rows per unit, and the unit counts along rows and
+    /// column groups.
+    fn split(&self, nmats: usize, gmax: usize, nth: usize) -> (usize, usize, usize) {
+        let mr = self.mr;
+        let want = if nth > 1 { 4 * nth } else { 1 };
+        let panels = self.m.div_ceil(mr);
+        let nmc0 = self
+            .m
+            .div_ceil(MC)
+            .max(want.div_ceil(nmats))
+            .min(panels)
+            .max(1);
+        let mu = panels.div_ceil(nmc0) * mr;
+        let nmc = self.m.div_ceil(mu);
+        let ngc = if nmats * nmc >= want {
+            1
+        } else {
+            want.div_ceil(nmats * nmc).min(gmax).max(1)
+        };
+        (mu, nmc, ngc)
+    }
+
+    fn compute_block(&self, ctx: &NodeCtx, jb: usize, groups: Range<usize>, bufs: &ThreadBufs) {
+        if self.m == 0 || groups.is_empty() {
+            return;
+        }
+        let gpm = self.sizes.gpm;
+        let (p_lo, p_hi) = (groups.start / gpm, (groups.end - 1) / gpm);
+        let nmats = p_hi - p_lo + 1;
+        let (mu, nmc, ngc) = self.split(nmats, gpm.min(groups.len()), ctx.nth.max(1));
+        let units = nmats * nmc * ngc;
+        let counter = self.counter(jb);
+        let mut u = ctx.ith;
+        while u < units {
+            let (pi, rest) = (u / (nmc * ngc), u % (nmc * ngc));
+            let (mc, gc) = (rest / ngc, rest % ngc);
+            let p = p_lo + pi;
+            let ga = groups.start.max(p * gpm);
+            let gb = groups.end.min((p + 1) * gpm);
+            let len = gb - ga;
+            let (gs, ge) = (ga + len * gc / ngc, ga + len * (gc + 1) / ngc);
+            let rows = (mc * mu).min(self.m)..((mc + 1) * mu).min(self.m);
+            if gs < ge && !rows.is_empty() {
+                self.unit(p, rows, gs..ge, groups.start, bufs);
+            }
+            u = counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The output columns of group `g` of matrix `p` (at most `nr`).
+    fn out_cols(&self, p: usize, g: usize, cols: &mut [*mut f32; NR_MAX]) -> usize {
+        let (nr, lg) = (self.nr, g % self.sizes.gpm);
+        let valid = nr.min(self.ncol - lg * nr);
+        for (c, col) in cols.iter_mut().enumerate().take(valid) {
+            let (i11, i12, i13) = self.col_index(p, lg * nr + c);
+            // SAFETY: in-range indices of dst (same ne1..3 as b).
+            *col = unsafe { self.dst.row(i11, i12, i13) }.cast();
+        }
+        valid
+    }
+
+    /// Rows `rows` (at most MC) of weight matrix `p` times B groups `groups`
+    /// of the block starting at group `g0`.
+    fn unit(
+        &self,
+        p: usize,
+        rows: Range<usize>,
+        groups: Range<usize>,
+        g0: usize,
+        bufs: &ThreadBufs,
+    ) {
+        let (mr, nr, k) = (self.mr, self.nr, self.k);
+        let ne02 = self.a.ne(2);
+        let nb01 = self.a.nb(1);
+        let dtype = self.a.layout.dtype;
+        // SAFETY: p < ne02 * ne03, so (0, i02, i03) is in range.
+        let a0 = unsafe { self.a.row(0, p % ne02, p / ne02) };
+        let panels = rows.len().div_ceil(mr);
+        let mut cols = [std::ptr::null_mut::<f32>(); NR_MAX];
+        let mut pc = 0;
+        loop {
+            let kc = KC.min(k - pc);
+            // Pack the A panels of this slice.
+            for ip in 0..panels {
+                let r = rows.start + ip * mr;
+                // SAFETY: row r < m of the matrix.
+                let row0 = unsafe { a0.add(r * nb01) };
+                let nrows = mr.min(rows.end - r);
+                // SAFETY: the rows hold k values (whole blocks; pc and kc are
+                // multiples of KC or end at k); panel ip of this thread's A
+                // buffer (MC / mr panels of KC * mr values, codes in the
+                // first half and scales in the second on the integer path).
+                unsafe {
+                    match self.path {
+                        Path::F32 { ks, .. } => {
+                            let src = PanelSrc {
+                                row0,
+                                nb1: nb01,
+                                rows: nrows,
+                                dtype,
+                            };
+                            let out = bufs.ap.cast::<f32>().add(ip * kc * mr);
+                            pack_a(ks, &src, pc, kc, out, &bufs.pack);
+                        }
+                        Path::Q8 { qk, s, .. } => {
+                            let codes = bufs.ap.add(ip * kc * mr);
+                            let scales = bufs.ap.add(AP_BYTES / 2).cast::<f32>();
+                            let scales = scales.add(ip * (kc / s) * 2 * mr);
+                            pack_a_q8(
+                                qk, dtype, row0, nb01, nrows, pc, kc, codes, scales, &bufs.pack,
+                            );
+                        }
+                    }
+                }
+            }
+            let mut pf = self.next_slice(a0, &rows, pc + kc, groups.len() * panels);
+            let mut call = |ip: usize, g: usize, cols: &[*mut f32]| {
+                let gb = self.group(g - g0);
+                let row = rows.start + ip * mr;
+                let (tmr, acc) = (mr.min(rows.end - row), pc > 0);
+                // SAFETY: full panels of kc values (this slice of the A
+                // buffer, step pc of group g); the tile's outputs are rows
+                // row..row + mr of columns this unit owns; the kernels were
+                // chosen for this CPU.
+                unsafe {
+                    match self.path {
+                        Path::F32 { kernel, .. } => kernel(&Tile {
+                            kc,
+                            a: bufs.ap.cast::<f32>().add(ip * kc * mr),
+                            b: gb.cast::<f32>().add(pc * nr),
+                            c: cols,
+                            row,
+                            mr: tmr,
+                            accumulate: acc,
+                        }),
+                        Path::Q8 { kernel, s, .. } => kernel(&QTile {
+                            kc,
+                            a: bufs.ap.add(ip * kc * mr),
+                            a_scales: bufs
+                                .ap
+                                .add(AP_BYTES / 2)
+                                .cast::<f32>()
+                                .add(ip * (kc / s) * 2 * mr),
+                            b: gb.add(pc * nr),
+                            b_scales: gb.add(k * nr).cast::<f32>().add(pc / s * nr * 2),
+                            c: cols,
+                            row,
+                            mr: tmr,
+                            accumulate: acc,
+                        }),
+                    }
+                }
+                pf.step();
+            };
+            for g in groups.clone() {
+                let valid = self.out_cols(p, g, &mut cols);
+                for ip in 0..panels {
+                    call(ip, g, &cols[..valid]);
+                }
+            }
+            pc += kc;
+            if pc >= k {
+                break;
+            }
+        }
+    }
+
+    /// The prefetcher of the slice of `k` starting at `l0` of weight rows
+    /// `rows` (matrix at `a0`), spread over `calls` kernel calls; nothing
+    /// after the last slice.
+    fn next_slice(
+        &self,
+        a0: *const u8,
+        rows: &Range<usize>,
+        l0: usize,
+        calls: usize,
+    ) -> SlicePrefetch {
+        if l0 >= self.k {
+            return SlicePrefetch::none();
+        }
+        let t = self.a.layout.dtype;
+        let kc = KC.min(self.k - l0);
+        let (bs, ts) = (t.block_size().max(1), t.type_size());
+        let nb1 = self.a.nb(1);
+        let base = a0.wrapping_add(rows.start * nb1 + l0 / bs * ts);
+        SlicePrefetch::new(base, nb1, rows.len(), kc / bs * ts, calls)
+    }
+}

@@ -1,0 +1,353 @@
+//! The integer path of the packed GEMM ([`super::gemm`]) for quantized
+//! weights (Q4_0, Q8_0, Q4_K, Q6_K): weights stay 8-bit codes, activations
+//! are quantized to 8 bits, and the micro-kernels (`gemm_vnni`:
+//! `vpdpbusd`, 64 multiply-adds per instruction against 16 for an f32 FMA;
+//! `gemm_q8_avx2`: `vpmaddubsw`) sum byte products exactly, scaling in f32
+//! once per sub-block. This module holds the formats, the portable
+//! unpacker, and the packing of both panels.
+//!
+//! Every supported weight type is written per sub-block `s` of `S` values
+//! (`S` = 32, or 16 for Q6_K) as `x = w_s * u + o_s` with unsigned codes
+//! `u` (0..=255) and f32 `w_s`, `o_s`:
+//!
+//! | type | `u` | `w_s` | `o_s` |
+//! |---|---|---|---|
+//! | Q4_0 | nibble | `d` | `-8 d` |
+//! | Q8_0 | `q + 128` | `d` | `-128 d` |
+//! | Q4_K | nibble | `d sc_s` | `-dmin m_s` |
+//! | Q6_K | 6-bit `q` | `d sc_s` | `-32 d sc_s` |
+//!
+//! Activations are quantized per column in blocks of [`QB`] = 32 values,
+//! `y = dy * q` with `dy = max|y| / 127` (ggml's Q8_0 rule, f32 scale), so
+//! a sub-block's dot product is
+//! `w_s dy (sum u q) + o_s (dy sum q)`: one exact integer sum and two FMAs.
+//!
+//! Panels (`MR` weight rows, `NR` columns):
+//! - A, per `kc` slice: codes `[kc / 4][MR][4]` (4 consecutive values of a
+//!   row per 32-bit lane, `vpdpbusd`'s unsigned operand), then scales
+//!   `[kc / S][2][MR]` f32 (`w` then `o`).
+//! - B, per column group, over all `k`: codes `[k / 4][NR][4]` i8 (a 32-bit
+//!   broadcast per column and step), then scales `[k / S][NR][2]` f32
+//!   (`dy`, `dy * sum q`).
+
+use tessera::DType;
+use tessera::quant::get_scale_min_k4;
+
+use super::gemm_pack::{PackBufs, TransposeFn};
+
+/// Values per activation quantization block.
+pub(crate) const QB: usize = 32;
+
+/// One call of an integer micro-kernel: `C[0..mr, 0..nr] (+)= A B` over
+/// `kc` values (a multiple of the kernel's `S`).
+#[derive(Debug)]
+pub(crate) struct QTile<'a> {
+    pub kc: usize,
+    /// A codes (`kc * MR` bytes, 64-byte aligned) and scales (`kc / S * 2 * MR` f32).
+    pub a: *const u8,
+    pub a_scales: *const f32,
+    /// B codes (`kc * NR` bytes) and scales (`kc / S * NR * 2` f32).
+    pub b: *const u8,
+    pub b_scales: *const f32,
+    /// Output columns and first row, valid rows, store mode (as [`super::gemm_pack::Tile`]).
+    pub c: &'a [*mut f32],
+    pub row: usize,
+    pub mr: usize,
+    pub accumulate: bool,
+}
+
+/// An integer micro-kernel.
+///
+/// # Safety
+/// The panels hold `t.kc` values in the layouts above, every
+/// `c[j] + row .. + mr` is writable f32 no other thread touches, and the CPU
+/// has the kernel's features.
+pub(crate) type QKernelFn = unsafe fn(t: &QTile);
+
+/// What an instruction set brings to the integer path.
+#[derive(Debug)]
+pub(crate) struct Q8Kernels {
+    /// Rows per A panel (16).
+    pub mr: usize,
+    /// Columns per B panel: wide and narrow kernel.
+    pub nr: [usize; 2],
+    /// Kernels by sub-block size (`[S = 32, S = 16]`) and width.
+    pub kernel: [[QKernelFn; 2]; 2],
+    /// Dword transposer for the A codes (as f32 bit patterns).
+    pub transpose: TransposeFn,
+    /// Row unpacker per weight type (`None`: the portable one).
+    pub unpack: fn(DType) -> Option<UnpackFn>,
+    /// The weight types the kernels handle.
+    pub types: &'static [DType],
+}
+
+/// Unpack `nblk` whole blocks at `src` into `codes` (one byte per value) and
+/// the `(w, o)` of each sub-block `j` into `w[j * stride]`, `o[j * stride]`.
+///
+/// # Safety
+/// `src` holds the blocks, `codes` their values, `w` and `o` their
+/// sub-blocks at `stride`; the CPU has the unpacker's features.
+pub(crate) type UnpackFn =
+    unsafe fn(src: *const u8, nblk: usize, codes: *mut u8, w: *mut f32, o: *mut f32, stride: usize);
+
+/// The sub-block size of `t` on the integer path, or `None` if `t` has none.
+pub(crate) fn sub_size(t: DType) -> Option<usize> {
+    match t {
+        DType::Q4_0 | DType::Q8_0 | DType::Q4K => Some(32),
+        DType::Q6K => Some(16),
+        _ => None,
+    }
+}
+
+/// Bytes of one B panel group of `nr` columns over `k` values.
+pub(crate) fn b_group_bytes(k: usize, nr: usize, s: usize) -> Option<usize> {
+    let codes = k.checked_mul(nr)?;
+    let scales = (k / s.max(1)).checked_mul(nr)?.checked_mul(8)?;
+    let n = codes.checked_add(scales)?;
+    Some(n.checked_add(63)? / 64 * 64)
+}
+
+/// Quantize and pack `nr` columns (`cols`: element 0 of each, `nb0` bytes
+/// between elements; missing columns are zeros) over `l` in `l0..l1`
+/// (multiples of [`QB`]) into the B group at `out` for `k` values.
+///
+/// # Safety
+/// Each column holds `l1` f32 at stride `nb0`; `out` is the group
+/// ([`b_group_bytes`]), 4-byte aligned, written by this thread only in the
+/// rows `l0..l1`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn pack_b_q8(
+    cols: &[*const u8],
+    nb0: usize,
+    nr: usize,
+    s: usize,
+    k: usize,
+    l0: usize,
+    l1: usize,
+    out: *mut u8,
+) {
+    // SAFETY: the scales follow the k * nr code bytes (4-byte aligned: k is
+    // a multiple of 32).
+    let scales = unsafe { out.add(k * nr) }.cast::<f32>();
+    let mut x = [0f32; QB];
+    for c in 0..nr {
+        let mut l = l0;
+        while l < l1 {
+            match cols.get(c) {
+                Some(&p) => {
+                    for (i, v) in x.iter_mut().enumerate() {
+                        // SAFETY: element l + i < l1 of column c.
+                        *v = unsafe { p.add((l + i) * nb0).cast::<f32>().read_unaligned() };
+                    }
+                }
+                None => x = [0.0; QB],
+            }
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let mut q = [0i8; QB];
+            for (o, v) in q.iter_mut().zip(&x) {
+                *o = (v * id).round() as i8;
+            }
+            for (i, &qv) in q.iter().enumerate() {
+                let li = l + i;
+                // SAFETY: code (li / 4, c, li % 4) of the group, li < l1 <= k.
+                unsafe { *out.add(li / 4 * nr * 4 + c * 4 + li % 4) = qv as u8 };
+            }
+            for (h, part) in q.chunks_exact(s).enumerate() {
+                let sum: i32 = part.iter().map(|&v| i32::from(v)).sum();
+                let sb = (l + h * s) / s;
+                // SAFETY: scales (sb, c) of the group, sb < k / s.
+                unsafe {
+                    *scales.add((sb * nr + c) * 2) = d;
+                    *scales.add((sb * nr + c) * 2 + 1) = d * sum as f32;
+                }
+            }
+            l += QB;
+        }
+    }
+}
+
+/// Unpack whole blocks of type `t` (`src`) into codes (one byte per value)
+/// and per-sub-block `(w, o)` pairs; extra output is left as is.
+pub(crate) fn unpack_blocks(t: DType, src: &[u8], codes: &mut [u8], scales: &mut [(f32, f32)]) {
+    let (ts, bs) = (t.type_size(), t.block_size());
+    let nsub = bs / sub_size(t).unwrap_or(bs).max(1);
+    let blocks = src
+        .chunks_exact(ts)
+        .zip(codes.chunks_exact_mut(bs))
+        .zip(scales.chunks_exact_mut(nsub.max(1)));
+    for ((x, out), sc) in blocks {
+        match t {
+            DType::Q4_0 => {
+                let d = f16(x, 0);
+                let (lo, hi) = out.split_at_mut(16);
+                for ((l, h), &q) in lo.iter_mut().zip(hi).zip(x.iter().skip(2)) {
+                    *l = q & 0x0F;
+                    *h = q >> 4;
+                }
+                sc.fill((d, -8.0 * d));
+            }
+            DType::Q8_0 => {
+                let d = f16(x, 0);
+                for (o, &q) in out.iter_mut().zip(x.iter().skip(2)) {
+                    *o = q ^ 0x80;
+                }
+                sc.fill((d, -128.0 * d));
+            }
+            DType::Q4K => {
+                let (d, dmin) = (f16(x, 0), f16(x, 2));
+                let mut packed = [0u8; 12];
+                for (p, &v) in packed.iter_mut().zip(x.iter().skip(4)) {
+                    *p = v;
+                }
+                // Bytes 32i..32i + 32 of qs: sub-block 2i (low nibbles) and
+                // 2i + 1 (high nibbles).
+                let qs = x.get(16..).unwrap_or(&[]);
+                for (i, (o, q)) in out
+                    .chunks_exact_mut(64)
+                    .zip(qs.chunks_exact(32))
+                    .enumerate()
+                {
+                    let (lo, hi) = o.split_at_mut(32);
+                    for ((l, h), &v) in lo.iter_mut().zip(hi).zip(q) {
+                        *l = v & 0x0F;
+                        *h = v >> 4;
+                    }
+                    for (j, s) in sc.iter_mut().enumerate().skip(2 * i).take(2) {
+                        let (scale, min) = get_scale_min_k4(j, &packed);
+                        *s = (d * f32::from(scale), -dmin * f32::from(min));
+                    }
+                }
+            }
+            DType::Q6K => {
+                let d = f16(x, 208);
+                let (ql, rest) = x.split_at(128.min(x.len()));
+                let (qh, rest) = rest.split_at(64.min(rest.len()));
+                for ((o, ql), qh) in out
+                    .chunks_exact_mut(128)
+                    .zip(ql.chunks_exact(64))
+                    .zip(qh.chunks_exact(32))
+                {
+                    let (o01, o23) = o.split_at_mut(64);
+                    let (o0, o1) = o01.split_at_mut(32);
+                    let (o2, o3) = o23.split_at_mut(32);
+                    let (la, lb) = ql.split_at(32);
+                    let it = o0
+                        .iter_mut()
+                        .zip(o1)
+                        .zip(o2)
+                        .zip(o3)
+                        .zip(la)
+                        .zip(lb)
+                        .zip(qh);
+                    for ((((((q0, q1), q2), q3), &a), &b), &h) in it {
+                        *q0 = (a & 0xF) | ((h & 3) << 4);
+                        *q1 = (b & 0xF) | (((h >> 2) & 3) << 4);
+                        *q2 = (a >> 4) | (((h >> 4) & 3) << 4);
+                        *q3 = (b >> 4) | (((h >> 6) & 3) << 4);
+                    }
+                }
+                for (s, &v) in sc.iter_mut().zip(rest) {
+                    let w = d * f32::from(v as i8);
+                    *s = (w, -32.0 * w);
+                }
+            }
+            _ => {
+                out.fill(0);
+                sc.fill((0.0, 0.0));
+            }
+        }
+    }
+}
+
+/// The little-endian f16 at byte `i` of `x`, as f32.
+fn f16(x: &[u8], i: usize) -> f32 {
+    match x.get(i..i + 2) {
+        Some(b) => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+        None => 0.0,
+    }
+}
+
+/// Pack the integer A panel of `rows` weight rows (at `row0`, `nb1` apart,
+/// type `t`) over `l` in `l0..l0 + kc` into `codes` / `scales`, with
+/// `qk.mr` rows per panel (rows past `rows` are zeros).
+///
+/// # Safety
+/// The rows hold `l0 + kc` values (whole blocks of `t`); `bufs.tmp` holds
+/// `mr * kc_max` f32 (used as bytes) and `bufs.zeros` `kc_max` zeros with
+/// `kc <= kc_max`; `codes` (64-byte aligned) holds `kc * mr` bytes and
+/// `scales` `kc / S * 2 * mr` f32; the CPU has `qk`'s features.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn pack_a_q8(
+    qk: &Q8Kernels,
+    t: DType,
+    row0: *const u8,
+    nb1: usize,
+    rows: usize,
+    l0: usize,
+    kc: usize,
+    codes: *mut u8,
+    scales: *mut f32,
+    bufs: &PackBufs,
+) {
+    let mr = qk.mr.min(super::gemm_pack::MR_MAX);
+    let (bs, ts) = (t.block_size().max(1), t.type_size());
+    let nsub = kc / sub_size(t).unwrap_or(32);
+    let unpack = (qk.unpack)(t);
+    let mut ptrs = [bufs.zeros; super::gemm_pack::MR_MAX];
+    let mut sc = [(0f32, 0f32); super::gemm::KC / 16];
+    for (r, p) in ptrs.iter_mut().enumerate().take(mr) {
+        if r >= rows {
+            for j in 0..nsub {
+                // SAFETY: scales (j, 0 | 1, r) of the panel.
+                unsafe {
+                    *scales.add(j * 2 * mr + r) = 0.0;
+                    *scales.add(j * 2 * mr + mr + r) = 0.0;
+                }
+            }
+            continue;
+        }
+        // SAFETY: row r of tmp holds kc_max * 4 >= kc bytes; row r < rows of
+        // the weights holds the blocks; the scales of row r are at stride
+        // 2 * mr in the panel.
+        unsafe {
+            let tmp = bufs.tmp.add(r * bufs.kc_max).cast::<u8>();
+            let src = row0.add(r * nb1 + l0 / bs * ts);
+            if let Some(f) = unpack {
+                f(src, kc / bs, tmp, scales.add(r), scales.add(mr + r), 2 * mr);
+            } else {
+                let out = std::slice::from_raw_parts_mut(tmp, kc);
+                unpack_blocks(
+                    t,
+                    std::slice::from_raw_parts(src, kc / bs * ts),
+                    out,
+                    &mut sc,
+                );
+                for (j, &(w, o)) in sc.iter().enumerate().take(nsub) {
+                    *scales.add(j * 2 * mr + r) = w;
+                    *scales.add(j * 2 * mr + mr + r) = o;
+                }
+            }
+            *p = tmp.cast::<f32>();
+        }
+    }
+    // SAFETY: each row pointer holds kc bytes = kc / 4 dwords (tmp rows or
+    // zeros); `codes` holds kc / 4 * mr dwords, 64-byte aligned.
+    unsafe { (qk.transpose)(&ptrs[..mr], kc / 4, codes.cast()) };
+}
+
+impl QTile<'_> {
+    /// The f32 tile with the same outputs (for [`super::gemm_pack::store_tile`]).
+    pub(crate) fn as_f32_tile(&self) -> super::gemm_pack::Tile<'_> {
+        super::gemm_pack::Tile {
+            kc: 0,
+            a: std::ptr::null(),
+            b: std::ptr::null(),
+            c: self.c,
+            row: self.row,
+            mr: self.mr,
+            accumulate: self.accumulate,
+        }
+    }
+}

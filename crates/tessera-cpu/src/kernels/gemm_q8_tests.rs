@@ -1,0 +1,259 @@
+//! Unit tests of the GEMM's integer path, for each integer kernel set this
+//! CPU can run (AVX-512 VNNI, AVX2): micro-kernels against exact integer sums
+//! scaled in f64 (partial tiles, both store modes, guards), the SIMD
+//! unpackers against the portable one, packed A panels against
+//! `tessera::quant::to_f32` (`w * u + o` reproduces every weight), and B
+//! panels against the reference activation quantization.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use super::gemm_pack::{MR_MAX, PackBufs};
+use super::gemm_q8::Q8Kernels;
+use super::gemm_q8::{QTile, pack_a_q8, pack_b_q8, sub_size, unpack_blocks};
+use super::gemm_tests::{Buf, Rng, encoded, quantized};
+
+/// The integer kernel sets usable here.
+fn int_sets() -> Vec<(&'static str, &'static Q8Kernels)> {
+    let mut v = Vec::new();
+    v.extend(super::gemm_vnni::kernels().map(|k| ("vnni", k)));
+    v.extend(super::gemm_q8_avx2::kernels().map(|k| ("avx2", k)));
+    v
+}
+
+#[test]
+fn integer_micro_kernels_match_exact_sums() {
+    let mut rng = Rng(5);
+    for (name, qk) in int_sets() {
+        let mr_full = qk.mr;
+        for (si, s) in [32usize, 16].into_iter().enumerate() {
+            // The AVX2 kernels take codes of the weight types they serve only
+            // (16-bit sums); VNNI any byte.
+            let mask = match (name, s) {
+                ("avx2", 32) => 0x0F,
+                ("avx2", _) => 0x3F,
+                _ => 0xFF,
+            };
+            for (idx, &nr) in qk.nr.iter().enumerate() {
+                for kc in [0, s, 256] {
+                    for (mr, ncols, accumulate) in
+                        [(mr_full, nr, false), (5, nr - 3, true), (mr_full, 1, true)]
+                    {
+                        let mut a = Buf::new(kc * mr_full / 4 + 16);
+                        let codes: Vec<u8> = (0..kc * mr_full)
+                            .map(|_| (rng.next() & mask) as u8)
+                            .collect();
+                        // SAFETY: `a` holds kc * mr bytes.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                codes.as_ptr(),
+                                a.ptr().cast(),
+                                codes.len(),
+                            )
+                        };
+                        let mut asc = Buf::new(kc / s * 2 * mr_full);
+                        for v in asc.as_mut().iter_mut() {
+                            *v = rng.f32();
+                        }
+                        // Activation codes are -127..=127, as quantization makes them.
+                        let bcodes: Vec<u8> = (0..kc * nr)
+                            .map(|_| ((rng.next() % 255) as i32 - 127) as i8 as u8)
+                            .collect();
+                        let bsc: Vec<f32> = (0..kc / s * nr * 2).map(|_| rng.f32()).collect();
+                        let ld = mr_full + 4;
+                        let c0: Vec<f32> = (0..ld * nr).map(|_| rng.f32()).collect();
+                        let mut c = c0.clone();
+                        let base = c.as_mut_ptr();
+                        // SAFETY: column j < nr of `ld` values.
+                        let cols: Vec<*mut f32> =
+                            (0..ncols).map(|j| unsafe { base.add(j * ld) }).collect();
+                        let t = QTile {
+                            kc,
+                            a: a.ptr().cast(),
+                            a_scales: asc.ptr(),
+                            b: bcodes.as_ptr(),
+                            b_scales: bsc.as_ptr(),
+                            c: &cols,
+                            row: 2,
+                            mr,
+                            accumulate,
+                        };
+                        // SAFETY: full panels; the tile lies inside `c`.
+                        unsafe { (qk.kernel[si][idx])(&t) };
+                        let av = asc.as_mut();
+                        for j in 0..nr {
+                            for r in 0..ld {
+                                let got = c[j * ld + r];
+                                if j >= ncols || !(2..2 + mr).contains(&r) {
+                                    assert_eq!(got, c0[j * ld + r], "guard");
+                                    continue;
+                                }
+                                let i = r - 2;
+                                let mut want = if accumulate {
+                                    f64::from(c0[j * ld + r])
+                                } else {
+                                    0.0
+                                };
+                                let mut mag = want.abs();
+                                for sb in 0..kc / s {
+                                    let mut isum = 0i64;
+                                    for l in sb * s..(sb + 1) * s {
+                                        let u =
+                                            i64::from(codes[l / 4 * 4 * mr_full + i * 4 + l % 4]);
+                                        let q =
+                                            i64::from(bcodes[l / 4 * 4 * nr + j * 4 + l % 4] as i8);
+                                        isum += u * q;
+                                    }
+                                    let (w, o) = (
+                                        f64::from(av[sb * 2 * mr_full + i]),
+                                        f64::from(av[sb * 2 * mr_full + mr_full + i]),
+                                    );
+                                    let (dy, bsd) = (
+                                        f64::from(bsc[(sb * nr + j) * 2]),
+                                        f64::from(bsc[(sb * nr + j) * 2 + 1]),
+                                    );
+                                    let term = isum as f64 * w * dy + o * bsd;
+                                    want += term;
+                                    mag += term.abs();
+                                }
+                                assert!(
+                                    (f64::from(got) - want).abs() <= 1e-5 * (mag + 1.0),
+                                    "S={s} nr={nr} kc={kc} mr={mr}: ({i},{j}) {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_packing_reproduces_the_weights() {
+    let mut rng = Rng(6);
+    for (_, qk) in int_sets() {
+        for &t in qk.types {
+            let (bs, s) = (t.block_size(), sub_size(t).unwrap());
+            let k = 512;
+            let rows = qk.mr - 3;
+            let row_bytes = t.row_size(k).unwrap();
+            let bytes: Vec<u8> = (0..rows).flat_map(|_| encoded(t, k, &mut rng)).collect();
+            // The SIMD unpacker equals the portable one.
+            let f = (qk.unpack)(t).unwrap();
+            let nblk = 256 / bs;
+            let mut codes = vec![0u8; 256];
+            let mut w = vec![0f32; 256 / s];
+            let mut o = vec![0f32; 256 / s];
+            // SAFETY: row 0's second 256 values: nblk blocks, 256 codes, 256 / s sub-blocks.
+            unsafe {
+                f(
+                    bytes.as_ptr().add(row_bytes / 2),
+                    nblk,
+                    codes.as_mut_ptr(),
+                    w.as_mut_ptr(),
+                    o.as_mut_ptr(),
+                    1,
+                )
+            };
+            let mut pcodes = vec![0u8; 256];
+            let mut psc = vec![(0f32, 0f32); 256 / s];
+            unpack_blocks(t, &bytes[row_bytes / 2..row_bytes], &mut pcodes, &mut psc);
+            assert_eq!(codes, pcodes, "{t} codes");
+            for (j, &(pw, po)) in psc.iter().enumerate() {
+                assert_eq!((w[j], o[j]), (pw, po), "{t} sub-block {j}");
+            }
+            // A packed panel (rows past 11 zero) gives back the weights.
+            let mr = qk.mr;
+            let mut tmp = Buf::new(MR_MAX * super::gemm::KC);
+            let zeros = Buf::new(super::gemm::KC);
+            let bufs = PackBufs {
+                tmp: tmp.ptr(),
+                kc_max: super::gemm::KC,
+                zeros: zeros.0.as_ptr().cast(),
+            };
+            let kc = 256;
+            let mut pc = Buf::new(kc * mr / 4);
+            let mut sc = Buf::new(kc / s * 2 * mr);
+            // SAFETY: 11 rows of 512 values; the panel buffers hold one slice.
+            unsafe {
+                pack_a_q8(
+                    qk,
+                    t,
+                    bytes.as_ptr(),
+                    row_bytes,
+                    rows,
+                    256,
+                    kc,
+                    pc.ptr().cast(),
+                    sc.ptr(),
+                    &bufs,
+                )
+            };
+            // SAFETY: `pc` holds kc * mr bytes.
+            let pcb = unsafe { std::slice::from_raw_parts(pc.ptr().cast::<u8>(), kc * mr) };
+            let scv = sc.as_mut();
+            for r in 0..mr {
+                let mut want = vec![0f32; k];
+                if r < rows {
+                    tessera::quant::to_f32(
+                        t,
+                        &bytes[r * row_bytes..(r + 1) * row_bytes],
+                        &mut want,
+                    )
+                    .unwrap();
+                }
+                for l in 0..kc {
+                    let u = f64::from(pcb[l / 4 * 4 * mr + r * 4 + l % 4]);
+                    let (w, o) = (
+                        f64::from(scv[l / s * 2 * mr + r]),
+                        f64::from(scv[l / s * 2 * mr + mr + r]),
+                    );
+                    let got = w * u + o;
+                    let expect = f64::from(want[256 + l]);
+                    assert!(
+                        (got - expect).abs() <= 1e-6 * (expect.abs() + w.abs() * 64.0),
+                        "{t} row {r} l {l}: {got} vs {expect}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_b_panels_quantize_per_32_values() {
+    // Two columns of 64 values, stride 8 bytes (interleaved), a third missing.
+    let mut rng = Rng(7);
+    let data: Vec<f32> = (0..128).map(|_| rng.f32() * 5.0).collect();
+    let base = data.as_ptr().cast::<u8>();
+    // SAFETY: offsets inside `data`.
+    let cols: Vec<*const u8> = (0..2).map(|c| unsafe { base.add(4 * c) }).collect();
+    let (k, nr) = (64, 3);
+    for s in [32usize, 16] {
+        let bytes = super::gemm_q8::b_group_bytes(k, nr, s).unwrap();
+        let mut out = Buf::new(bytes / 4);
+        // SAFETY: columns hold 64 values at stride 8; `out` is one group.
+        unsafe { pack_b_q8(&cols, 8, nr, s, k, 0, k, out.ptr().cast()) };
+        // SAFETY: the group's bytes.
+        let g = unsafe { std::slice::from_raw_parts(out.ptr().cast::<u8>(), bytes) };
+        let scales = &out.as_mut()[k * nr / 4..];
+        for c in 0..nr {
+            let col: Vec<f32> = (0..k)
+                .map(|l| if c < 2 { data[2 * l + c] } else { 0.0 })
+                .collect();
+            let q = quantized(&col, k);
+            for l in 0..k {
+                let code = g[l / 4 * 4 * nr + c * 4 + l % 4] as i8;
+                let dy = scales[(l / s * nr + c) * 2];
+                assert_eq!(dy * f32::from(code), q[l], "s={s} col {c} l {l}");
+            }
+            for sb in 0..k / s {
+                let sum: i32 = (sb * s..(sb + 1) * s)
+                    .map(|l| i32::from(g[l / 4 * 4 * nr + c * 4 + l % 4] as i8))
+                    .sum();
+                let dy = scales[(sb * nr + c) * 2];
+                assert_eq!(scales[(sb * nr + c) * 2 + 1], dy * sum as f32, "s={s} bsum");
+            }
+        }
+    }
+}

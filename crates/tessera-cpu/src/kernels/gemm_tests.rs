@@ -1,0 +1,425 @@
+//! Unit tests of the GEMM's building blocks, for every kernel set this CPU
+//! can run (portable, AVX2, AVX-512): micro-kernels against an f64 product
+//! on odd depths, partial tiles and both store modes (with guards around the
+//! tile); transposers and dequantizers bit for bit against the portable
+//! transposition and `tessera::quant::to_f32`; strided B packing; and the
+//! driver (either path) on products that need several packed-B blocks (the
+//! test build caps a block at 64 KiB) on 1 to 3 threads, against an f64
+//! product (of the quantized activations on the integer path), NMSE < 1e-11.
+//! The integer path's own pieces are tested in `gemm_q8_tests`.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::sync::Mutex;
+
+use tessera::{DType, Layout, MAX_SRC, Op};
+
+use super::gemm::Path;
+use super::gemm_pack::{Kernels, MR_MAX, Tile, pack_b};
+use super::{NodeCtx, Scratch, TensorRef};
+use crate::isa::Isa;
+use crate::pool::ThreadPool;
+
+/// Every kernel set usable here, with a name.
+fn sets() -> Vec<(&'static str, &'static Kernels)> {
+    let mut v = vec![("portable", &super::gemm_portable::KERNELS)];
+    v.extend(super::gemm_avx2::kernels().map(|k| ("avx2", k)));
+    v.extend(super::gemm_avx512::kernels().map(|k| ("avx512", k)));
+    v
+}
+
+/// 64-byte aligned f32 storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Line([f32; 16]);
+
+pub(super) struct Buf(pub(super) Vec<Line>);
+
+impl Buf {
+    pub(super) fn new(n: usize) -> Self {
+        Buf(vec![Line([0.0; 16]); n.div_ceil(16).max(1)])
+    }
+    pub(super) fn as_mut(&mut self) -> &mut [f32] {
+        let n = self.0.len() * 16;
+        // SAFETY: `Line` is 16 plain f32; the Vec holds n of them.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), n) }
+    }
+    pub(super) fn ptr(&mut self) -> *mut f32 {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
+pub(super) struct Rng(pub(super) u64);
+
+impl Rng {
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub(super) fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+#[test]
+fn micro_kernels_match_an_f64_product() {
+    let mut rng = Rng(1);
+    for (name, ks) in sets() {
+        let mr_full = ks.mr;
+        for (idx, &nr) in ks.nr.iter().enumerate() {
+            for kc in [0usize, 1, 5, 8, 37, 256] {
+                for mr in [1, mr_full - 3, mr_full] {
+                    for ncols in [1, nr - 1, nr] {
+                        for accumulate in [false, true] {
+                            let mut a = Buf::new(kc * mr_full);
+                            for (i, v) in a.as_mut().iter_mut().enumerate().take(kc * mr_full) {
+                                // Rows past `mr` are zero, as packing leaves them.
+                                *v = if i % mr_full < mr { rng.f32() } else { 0.0 };
+                            }
+                            let b: Vec<f32> = (0..kc * nr).map(|_| rng.f32()).collect();
+                            // Output: columns of `ld` values, the tile at row 3
+                            // of each; everything else is a guard.
+                            let ld = mr_full + 8;
+                            let c0: Vec<f32> = (0..ld * (nr + 1)).map(|_| rng.f32()).collect();
+                            let mut c = c0.clone();
+                            let base = c.as_mut_ptr();
+                            // SAFETY: column j < nr + 1 of `ld` values.
+                            let cols: Vec<*mut f32> =
+                                (0..ncols).map(|j| unsafe { base.add(j * ld) }).collect();
+                            let t = Tile {
+                                kc,
+                                a: a.ptr(),
+                                b: b.as_ptr(),
+                                c: &cols,
+                                row: 3,
+                                mr,
+                                accumulate,
+                            };
+                            // SAFETY: full panels, tile inside `c`, the set
+                            // is usable on this CPU.
+                            unsafe { (ks.kernel[idx])(&t) };
+                            let av = a.as_mut();
+                            for j in 0..=nr {
+                                for r in 0..ld {
+                                    let got = c[j * ld + r];
+                                    let inside = j < ncols && (3..3 + mr).contains(&r);
+                                    if !inside {
+                                        assert_eq!(got, c0[j * ld + r], "{name} guard");
+                                        continue;
+                                    }
+                                    let i = r - 3;
+                                    let mut want = if accumulate {
+                                        f64::from(c0[j * ld + r])
+                                    } else {
+                                        0.0
+                                    };
+                                    let mut mag = want.abs();
+                                    for l in 0..kc {
+                                        let p = f64::from(av[l * mr_full + i])
+                                            * f64::from(b[l * nr + j]);
+                                        want += p;
+                                        mag += p.abs();
+                                    }
+                                    assert!(
+                                        (f64::from(got) - want).abs() <= 1e-6 * (mag + 1.0),
+                                        "{name} nr={nr} kc={kc} mr={mr} cols={ncols} \
+                                         acc={accumulate}: ({i},{j}) {got} vs {want}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn transposers_interleave_rows_exactly() {
+    let mut rng = Rng(2);
+    for (name, ks) in sets() {
+        for kc in [0usize, 1, 7, 8, 9, 63, 256] {
+            let rows: Vec<Vec<f32>> = (0..ks.mr)
+                .map(|_| (0..kc + 1).map(|_| rng.f32()).collect())
+                .collect();
+            let ptrs: Vec<*const f32> = rows.iter().map(|r| r.as_ptr()).collect();
+            let mut out = Buf::new(kc * ks.mr + 16);
+            out.as_mut().fill(f32::NAN);
+            // SAFETY: every row holds kc values, `out` kc * mr and is aligned.
+            unsafe { (ks.transpose)(&ptrs, kc, out.ptr()) };
+            let o = out.as_mut();
+            for l in 0..kc {
+                for (r, row) in rows.iter().enumerate() {
+                    assert_eq!(
+                        o[l * ks.mr + r].to_bits(),
+                        row[l].to_bits(),
+                        "{name} kc={kc}"
+                    );
+                }
+            }
+            assert!(o[kc * ks.mr].is_nan(), "{name}: wrote past the panel");
+        }
+    }
+}
+
+/// `n` values of `t` (whole blocks) encoded from random data.
+pub(super) fn encoded(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    let v: Vec<f32> = (0..n).map(|_| rng.f32() * 3.0).collect();
+    let mut out = vec![0u8; t.row_size(n).unwrap()];
+    tessera::quant::from_f32(t, &v, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn dequantizers_match_the_reference() {
+    let mut rng = Rng(3);
+    let types = [
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+    ];
+    for (name, ks) in sets() {
+        assert!(
+            (ks.dequant)(DType::F32).is_none(),
+            "{name}: F32 is read in place"
+        );
+        for t in types {
+            let bs = t.block_size();
+            // Odd counts for the float types (vector tails), 1..3 blocks
+            // from an offset for the block types.
+            let (total, blk0, nblk) = if bs == 1 { (64, 3, 37) } else { (4 * bs, 1, 3) };
+            let bytes = encoded(t, total, &mut rng);
+            let mut want = vec![0f32; total];
+            tessera::quant::to_f32(t, &bytes, &mut want).unwrap();
+            let f = (ks.dequant)(t).unwrap_or_else(|| panic!("{name}: no {t} dequantizer"));
+            let mut got = vec![f32::NAN; nblk * bs + 1];
+            // SAFETY: blocks blk0..blk0 + nblk lie in `bytes`; `got` holds them.
+            unsafe { f(bytes.as_ptr(), blk0, nblk, got.as_mut_ptr()) };
+            for (i, g) in got.iter().enumerate().take(nblk * bs) {
+                assert_eq!(
+                    g.to_bits(),
+                    want[blk0 * bs + i].to_bits(),
+                    "{name} {t} value {i}"
+                );
+            }
+            assert!(got[nblk * bs].is_nan(), "{name} {t}: wrote past the row");
+        }
+    }
+}
+
+#[test]
+fn b_panels_read_any_stride_and_pad_with_zeros() {
+    // Three columns of 10 values stored with a 3-value stride (interleaved,
+    // like a transposed view), packed into a 4-wide panel.
+    let data: Vec<f32> = (0..40).map(|i| i as f32).collect();
+    let base = data.as_ptr().cast::<u8>();
+    // SAFETY: offsets inside `data`.
+    let cols: Vec<*const u8> = (0..3).map(|c| unsafe { base.add(4 * c) }).collect();
+    let mut out = vec![f32::NAN; 10 * 4];
+    // SAFETY: each column holds 10 values at stride 12 bytes (the last at
+    // element 2 + 27 < 40); `out` holds 10 * 4.
+    unsafe { pack_b(&cols, 12, 4, 0, 10, out.as_mut_ptr()) };
+    for l in 0..10 {
+        for c in 0..4 {
+            let want = if c < 3 { (3 * l + c) as f32 } else { 0.0 };
+            assert_eq!(out[l * 4 + c], want, "l={l} c={c}");
+        }
+    }
+    // Contiguous columns, a range of l only.
+    // SAFETY: columns 0 and 1 of 20 contiguous values each.
+    let cols: Vec<*const u8> = (0..2).map(|c| unsafe { base.add(80 * c) }).collect();
+    let mut out = vec![f32::NAN; 20 * 2];
+    // SAFETY: as above.
+    unsafe { pack_b(&cols, 4, 2, 5, 20, out.as_mut_ptr()) };
+    assert!(
+        out[..10].iter().all(|v| v.is_nan()),
+        "rows below l0 untouched"
+    );
+    for l in 5..20 {
+        assert_eq!(out[l * 2], l as f32);
+        assert_eq!(out[l * 2 + 1], (20 + l) as f32);
+    }
+}
+
+/// A product through the driver: weights `t [k, m, bs2, bs3]` (values from
+/// `rng`) times f32 `b [k, n, bs2 * r2, bs3 * r3]`; the result against an f64
+/// product of the dequantized weights, on 1..3 threads for every ISA.
+fn driver_case(
+    t: DType,
+    k: usize,
+    m: usize,
+    n: usize,
+    bs: [usize; 2],
+    r: [usize; 2],
+    rng: &mut Rng,
+) {
+    let la = Layout::contiguous4(t, [k, m, bs[0], bs[1]]).unwrap();
+    let lb = Layout::contiguous4(DType::F32, [k, n, bs[0] * r[0], bs[1] * r[1]]).unwrap();
+    let ld = Layout::contiguous4(DType::F32, [m, n, lb.ne[2], lb.ne[3]]).unwrap();
+    let rows = m * bs[0] * bs[1];
+    let mut a_bytes = Vec::new();
+    let mut a_vals = Vec::new();
+    for _ in 0..rows {
+        let e = encoded(t, k, rng);
+        let mut v = vec![0f32; k];
+        tessera::quant::to_f32(t, &e, &mut v).unwrap();
+        a_bytes.extend_from_slice(&e);
+        a_vals.extend(v.into_iter().map(f64::from));
+    }
+    let b_vals: Vec<f32> = (0..lb.nelements()).map(|_| rng.f32()).collect();
+    let pool = ThreadPool::new(3).unwrap();
+    for isa in Isa::all_available() {
+        // The integer path quantizes the activations: its reference uses
+        // the quantized values, so both paths are held to f32 rounding.
+        let int = matches!(Path::choose(t, n * r[0] * r[1], isa), Path::Q8 { .. });
+        let bq = if int {
+            quantized(&b_vals, k)
+        } else {
+            b_vals.clone()
+        };
+        let want = reference(&a_vals, &bq, [k, m, n], bs, r, lb.ne);
+        run_case(&pool, isa, t, [la, lb, ld], &a_bytes, &b_vals, &want);
+    }
+}
+
+/// The activations as the integer path sees them: per column, blocks of
+/// 32 values quantized to `d * q` with `d = max|x| / 127` (as `pack_b_q8`).
+pub(super) fn quantized(b: &[f32], k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(b.len());
+    for col in b.chunks(k.max(1)) {
+        for blk in col.chunks(32) {
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            out.extend(blk.iter().map(|v| d * f32::from((v * id).round() as i8)));
+        }
+    }
+    out
+}
+
+/// The f64 product of the dequantized weights and `b`.
+fn reference(
+    a_vals: &[f64],
+    b_vals: &[f32],
+    [k, m, n]: [usize; 3],
+    bs: [usize; 2],
+    r: [usize; 2],
+    ne_b: [usize; 4],
+) -> Vec<f64> {
+    let mut want = vec![0f64; m * n * ne_b[2] * ne_b[3]];
+    for i13 in 0..ne_b[3] {
+        for i12 in 0..ne_b[2] {
+            for j in 0..n {
+                for i in 0..m {
+                    let arow = ((i13 / r[1] * bs[0] + i12 / r[0]) * m + i) * k;
+                    let brow = ((i13 * ne_b[2] + i12) * n + j) * k;
+                    let s: f64 = (0..k)
+                        .map(|l| a_vals[arow + l] * f64::from(b_vals[brow + l]))
+                        .sum();
+                    want[((i13 * ne_b[2] + i12) * n + j) * m + i] = s;
+                }
+            }
+        }
+    }
+    want
+}
+
+/// Run the GEMM on 1..3 threads with `isa` and compare with `want`.
+fn run_case(
+    pool: &ThreadPool,
+    isa: Isa,
+    t: DType,
+    [la, lb, ld]: [Layout; 3],
+    a_bytes: &[u8],
+    b_vals: &[f32],
+    want: &[f64],
+) {
+    let (k, m, n) = (la.ne[0], la.ne[1], lb.ne[1]);
+    for nth in 1..=3 {
+        let size = super::gemm::scratch_size(&la, &lb, nth);
+        let mut scratch = Buf::new(size / 4 + 16);
+        let mut out = Buf::new(ld.nelements() + 16);
+        out.as_mut().fill(f32::NAN);
+        let mut src = [None; MAX_SRC];
+        src[0] = Some(TensorRef {
+            ptr: a_bytes.as_ptr().cast_mut(),
+            layout: la,
+        });
+        src[1] = Some(TensorRef {
+            ptr: b_vals.as_ptr().cast::<u8>().cast_mut(),
+            layout: lb,
+        });
+        let dst = TensorRef {
+            ptr: out.ptr().cast(),
+            layout: ld,
+        };
+        let scratch = Scratch {
+            ptr: scratch.ptr().cast(),
+            len: size,
+        };
+        let errors = Mutex::new(Vec::new());
+        let ok = pool.run(nth, &|w| {
+            let ctx = NodeCtx {
+                op: Op::MulMat,
+                dst,
+                src,
+                ith: w.ith,
+                nth: w.nth,
+                scratch,
+                barrier: w.barrier,
+                isa,
+            };
+            if let Err(e) = super::gemm::mul_mat(&ctx) {
+                errors.lock().unwrap().push(e.to_string());
+            }
+        });
+        assert!(ok && errors.lock().unwrap().is_empty(), "{errors:?}");
+        let o = out.as_mut();
+        assert!(o[ld.nelements()].is_nan(), "wrote past dst");
+        let (mut err, mut norm) = (0f64, 0f64);
+        for (g, w) in o.iter().zip(want) {
+            err += (f64::from(*g) - w).powi(2);
+            norm += w * w;
+        }
+        let nmse = err / norm.max(f64::MIN_POSITIVE);
+        assert!(
+            nmse < 1e-11,
+            "{t} k={k} m={m} n={n} {isa:?} nth={nth}: NMSE {nmse:e}"
+        );
+    }
+}
+
+#[test]
+fn driver_covers_blocks_slices_and_edges() {
+    let mut rng = Rng(4);
+    // Several k slices with a short last one, rows and columns that are no
+    // multiple of any MR or NR, and (with the test build's 64 KiB cap) many
+    // packed-B blocks, each with its own barrier pair and counter.
+    driver_case(DType::F32, 700, 77, 53, [1, 1], [1, 1], &mut rng);
+    // Broadcast weights over dims 2 and 3; one column per matrix part.
+    driver_case(DType::F32, 33, 5, 1, [2, 1], [2, 3], &mut rng);
+    // Quantized weights over two slices, small m (one unit per matrix).
+    driver_case(DType::Q4K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
+    driver_case(DType::Q6K, 256, 40, 7, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::Q4_0, 288, 31, 13, [1, 1], [2, 1], &mut rng);
+    driver_case(DType::Q8_0, 320, 18, 30, [1, 1], [1, 1], &mut rng);
+    // k = 0: the output is zeros.
+    driver_case(DType::F32, 0, 6, 5, [1, 1], [1, 1], &mut rng);
+}
+
+#[test]
+fn scratch_is_enough_for_every_kernel_set() {
+    let la = Layout::contiguous(DType::Q4_0, &[4096, 4096]).unwrap();
+    let lb = Layout::contiguous(DType::F32, &[4096, 512]).unwrap();
+    let size = super::gemm::scratch_size(&la, &lb, 2);
+    assert!(size < usize::MAX);
+    assert!(size >= 2 * MR_MAX * super::gemm::KC * 4);
+}

@@ -1,0 +1,132 @@
+//! AVX-512 VNNI micro-kernels of the packed GEMM's integer path
+//! ([`super::gemm_q8`]): 16 weight rows (one zmm of 32-bit lanes) by NR = 12
+//! or 8 columns. Per 4 values of `k`: one load of the A codes (16 rows x 4
+//! bytes) and, per column, a 32-bit broadcast of its 4 activation codes and a
+//! `vpdpbusd` into that column's integer sum. Per sub-block of `S` values the
+//! sums are scaled into f32 accumulators: `acc += f32(isum) * (w * dy) + o *
+//! (dy * sum q)` — exact integer sums, one rounding per sub-block.
+//!
+//! [`kernels`] hands the set out only on CPUs with AVX-512F/BW/VNNI (and AVX2
+//! for the shared transposer), and not when `TESSERA_CPU_ISA=avx2` keeps
+//! the GEMM on AVX2.
+
+use super::gemm_q8::Q8Kernels;
+
+/// The VNNI kernel set, if the CPU has it and the ISA is not forced to AVX2.
+pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
+    imp::kernels()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use super::Q8Kernels;
+
+    pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    use super::Q8Kernels;
+    use crate::isa::Isa;
+    use tessera::DType;
+
+    use crate::kernels::gemm_avx2::imp::transpose;
+    use crate::kernels::gemm_pack::store_tile;
+    use crate::kernels::gemm_q8::QTile;
+    use crate::kernels::gemm_q8_avx2::imp::unpack;
+
+    /// Rows per panel: 16 lanes of 4 codes.
+    const MR: usize = 16;
+
+    static KERNELS: Q8Kernels = Q8Kernels {
+        mr: MR,
+        nr: [12, 8],
+        kernel: [
+            [kernel::<12, 32>, kernel::<8, 32>],
+            [kernel::<12, 16>, kernel::<8, 16>],
+        ],
+        transpose,
+        unpack,
+        types: &[DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K],
+    };
+
+    pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
+        static USABLE: OnceLock<bool> = OnceLock::new();
+        let usable = *USABLE.get_or_init(|| {
+            Isa::Avx2.available()
+                && std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::env::var("TESSERA_CPU_ISA").ok().as_deref() != Some("avx2")
+        });
+        usable.then_some(&KERNELS)
+    }
+
+    /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values.
+    ///
+    /// # Safety
+    /// See [`crate::kernels::gemm_q8::QKernelFn`]; AVX-512F/BW/VNNI present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn kernel<const NR: usize, const S: usize>(t: &QTile) {
+        let mut acc = [_mm512_setzero_ps(); NR];
+        let (mut a, mut b) = (t.a, t.b);
+        let (mut asc, mut bsc) = (t.a_scales, t.b_scales);
+        for _ in 0..t.kc / S {
+            let mut isum = [_mm512_setzero_si512(); NR];
+            for _ in 0..S / 4 {
+                // SAFETY: one step (4 values) of both code panels: 64 bytes
+                // of A (64-byte aligned), 4 * NR bytes of B.
+                unsafe {
+                    let av = _mm512_load_si512(a.cast());
+                    for (j, s) in isum.iter_mut().enumerate() {
+                        let bv = _mm512_set1_epi32(b.add(4 * j).cast::<i32>().read_unaligned());
+                        *s = _mm512_dpbusd_epi32(*s, av, bv);
+                    }
+                    a = a.add(4 * MR);
+                    b = b.add(4 * NR);
+                }
+            }
+            // SAFETY: one sub-block of scales: 2 * 16 f32 of A (64-byte
+            // aligned), 2 * NR f32 of B.
+            unsafe {
+                let w = _mm512_load_ps(asc);
+                let o = _mm512_load_ps(asc.add(MR));
+                for (j, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
+                    let dy = _mm512_set1_ps(*bsc.add(2 * j));
+                    let bs = _mm512_set1_ps(*bsc.add(2 * j + 1));
+                    let v = _mm512_fmadd_ps(o, bs, *acc);
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w, dy), v);
+                }
+                asc = asc.add(2 * MR);
+                bsc = bsc.add(2 * NR);
+            }
+        }
+        if t.mr == MR && t.c.len() == NR {
+            for (&col, v) in t.c.iter().zip(acc) {
+                // SAFETY: rows row..row + 16 of each column are the tile's.
+                unsafe {
+                    let p = col.add(t.row);
+                    let v = if t.accumulate {
+                        _mm512_add_ps(v, _mm512_loadu_ps(p))
+                    } else {
+                        v
+                    };
+                    _mm512_storeu_ps(p, v);
+                }
+            }
+            return;
+        }
+        let mut buf = [[0f32; MR]; NR];
+        for (o, v) in buf.iter_mut().zip(acc) {
+            // SAFETY: each column of `buf` holds 16 f32.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+        }
+        // SAFETY: forwarded contract (the tile's outputs).
+        unsafe { store_tile(&t.as_f32_tile(), buf.as_flattened(), MR) };
+    }
+}

@@ -1,0 +1,428 @@
+//! AVX2/FMA/F16C multi-row dot products ("tiles") for MUL_MAT with few
+//! columns: up to [`TILE_ROWS`] weight rows against up to [`TILE_COLS`]
+//! activation rows per call, for Q4_0, Q8_0, Q4K, Q6K, F32, F16 and BF16.
+//!
+//! Why tiles: at n = 1 (token generation) MUL_MAT streams the weights once
+//! from DRAM, and a one-row dot product leaves too few loads in flight and
+//! spends its time on per-block overhead. Several rows per call share the
+//! activation loads and their per-block preparation (the Q8 scale, the sums
+//! for the Q4_0 offset, the K-quant `bsums`), give the core independent
+//! accumulator chains, and take one horizontal sum per row and call. With
+//! several columns the weight unpacking is shared as well.
+//!
+//! The integer sums per block are exact and equal to those of
+//! [`super::dot_quant`]; only the f32 scaling and the order of the f32 sums
+//! differ from the one-row kernels. Q4_0 uses the unsigned nibbles directly
+//! in `maddubs` and subtracts `8 * (y0 + y1)` per pair (computed once per
+//! activation block) instead of ggml's sign trick.
+//!
+//! The `unsafe` kernels take raw row pointers and a block count; the safe
+//! [`TileFn`] wrappers handed out by [`tile_fn`] check the slices first, and
+//! [`tile_fn`] returns them only after checking the CPU.
+
+use tessera::DType;
+
+use super::dot::{TILE_COLS, TILE_ROWS, TileFn};
+
+/// The AVX2 tile kernel for `weights`, if there is one and the CPU has AVX2,
+/// FMA and F16C (activations in the weights' dot type).
+pub fn tile_fn(weights: DType) -> Option<TileFn> {
+    imp::tile_fn(weights)
+}
+
+/// The AVX2 tile kernel for `weights` with f32 activations, where there is
+/// one (F16 and BF16 weights).
+pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
+    imp::tile_f32_fn(weights)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use super::*;
+
+    pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+
+    pub fn tile_f32_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod imp {
+    use std::arch::x86_64::*;
+
+    use super::*;
+    use crate::isa::Isa;
+    use crate::kernels::dot_quant::{Q4_0_BYTES, Q4K_BYTES, Q6K_BYTES, Q8_0_BYTES, Q8K_BYTES};
+    use crate::kernels::gemv_avx2_float::{
+        bf16_f32_tile, bf16_tile, f16_f32_tile, f16_tile, f32_tile,
+    };
+    use crate::kernels::gemv_avx2_q8::{prefetch, q4_0_tile, q8_0_tile};
+
+    pub fn tile_fn(weights: DType) -> Option<TileFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::F32 => f32_safe,
+            DType::F16 => f16_safe,
+            DType::BF16 => bf16_safe,
+            DType::Q4_0 => q4_0_safe,
+            DType::Q8_0 => q8_0_safe,
+            DType::Q4K => q4k_safe,
+            DType::Q6K => q6k_safe,
+            _ => return None,
+        })
+    }
+
+    pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::F16 => f16_f32_safe,
+            DType::BF16 => bf16_f32_safe,
+            _ => return None,
+        })
+    }
+
+    /// Calls `$kernel::<R, C>` for the row and column counts of `$xs` and
+    /// `$ys`, on `$n` units (blocks or elements), and stores its results in
+    /// rows `$off..` of `$out`.
+    macro_rules! dispatch {
+        ($kernel:ident, $xs:expr, $ys:expr, $out:expr, $off:expr, $n:expr) => {{
+            macro_rules! call {
+                ($r:literal, $c:literal) => {{
+                    let xp: [*const u8; $r] = std::array::from_fn(|i| $xs[i].as_ptr());
+                    let yp: [*const u8; $c] = std::array::from_fn(|i| $ys[i].as_ptr());
+                    // SAFETY: the wrapper checked that every row holds `$n`
+                    // units and the CPU features (see `tile_fn`).
+                    let res = unsafe { $kernel::<$r, $c>(xp, yp, $n) };
+                    for (o, r) in $out.iter_mut().zip(res.iter()) {
+                        if let Some(o) = o.get_mut($off..$off + $r) {
+                            o.copy_from_slice(r);
+                        }
+                    }
+                }};
+            }
+            match ($xs.len(), $ys.len()) {
+                (1, 1) => call!(1, 1),
+                (2, 1) => call!(2, 1),
+                (3, 1) => call!(3, 1),
+                (4, 1) => call!(4, 1),
+                (1, 2) => call!(1, 2),
+                (2, 2) => call!(2, 2),
+                (3, 2) => call!(3, 2),
+                (4, 2) => call!(4, 2),
+                (1, 3) => call!(1, 3),
+                (2, 3) => call!(2, 3),
+                (1, 4) => call!(1, 4),
+                (2, 4) => call!(2, 4),
+                _ => {}
+            }
+        }};
+    }
+
+    /// Defines the safe wrapper `$safe` of tile kernel `$kernel`, whose
+    /// weight rows are made of units of `$xu` bytes and activation rows of
+    /// units of `$yu` bytes. The kernel is called on at most `$r1` rows for
+    /// one column, and on at most `$rn` rows by `$cn` columns otherwise:
+    /// shapes whose accumulators and shared values fit in the 16 registers.
+    /// (The K-quants stream one row at a time best: their per-row work is
+    /// large, and one sequential stream prefetches better than four.)
+    macro_rules! safe_tile {
+        ($safe:ident, $kernel:ident, $xu:expr, $yu:expr, $r1:expr, $rn:expr, $cn:expr) => {
+            fn $safe(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
+                let xs = &xs[..xs.len().min(TILE_ROWS)];
+                let ys = &ys[..ys.len().min(TILE_COLS)];
+                let n = xs
+                    .iter()
+                    .map(|x| x.len() / $xu)
+                    .chain(ys.iter().map(|y| y.len() / $yu))
+                    .min()
+                    .unwrap_or(0);
+                let (rmax, cmax) = if ys.len() == 1 { ($r1, 1) } else { ($rn, $cn) };
+                for (ci, yc) in ys.chunks(cmax).enumerate() {
+                    let o = &mut out[ci * cmax..];
+                    for (ri, xc) in xs.chunks(rmax).enumerate() {
+                        dispatch!($kernel, xc, yc, o, ri * rmax, n);
+                    }
+                }
+            }
+        };
+    }
+    safe_tile!(q4_0_safe, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4, 4, 2);
+    safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 4, 2);
+    safe_tile!(q4k_safe, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1, 1, 4);
+    safe_tile!(q6k_safe, q6k_tile, Q6K_BYTES, Q8K_BYTES, 1, 1, 4);
+    safe_tile!(f32_safe, f32_tile, 4, 4, 4, 2, 4);
+    safe_tile!(f16_safe, f16_tile, 2, 2, 4, 2, 4);
+    safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 2, 4);
+    safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 2, 4);
+    safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 2, 4);
+
+    /// Sum of the eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Horizontal sums of every accumulator.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn hsums<const R: usize, const C: usize>(acc: &[[__m256; R]; C]) -> [[f32; R]; C] {
+        let mut out = [[0f32; R]; C];
+        for (o, a) in out.iter_mut().zip(acc) {
+            for (o, a) in o.iter_mut().zip(a) {
+                *o = hsum(*a);
+            }
+        }
+        out
+    }
+
+    /// The f16 at `p` as f32.
+    ///
+    /// # Safety
+    /// Two bytes at `p` must be readable.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
+        // SAFETY: the caller guarantees the two bytes; unaligned read.
+        let h = unsafe { p.cast::<u16>().read_unaligned() };
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+    }
+
+    /// The eight 6-bit scales and eight mins of a Q4K block, widened to i16:
+    /// scales in the low 128 bits, mins in the high (ggml's
+    /// `get_scale_min_k4`, done with two byte shuffles).
+    ///
+    /// # Safety
+    /// 16 bytes at `s` must be readable (the 12 scale bytes and 4 more).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4k_scales_mins(s: *const u8) -> __m256i {
+        // SAFETY: the caller guarantees 16 bytes.
+        let v = unsafe { _mm_loadu_si128(s.cast()) };
+        // Low parts: sc0-3 = s0-3 & 63, sc4-7 = s8-11 & 15,
+        // mn0-3 = s4-7 & 63, mn4-7 = s8-11 >> 4.
+        let lo = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+        let lo = _mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4));
+        let lo = _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+        // High parts: bits 4-5 of sc4-7 = s0-3 >> 6, of mn4-7 = s4-7 >> 6.
+        let hi = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+        let hi = _mm_srli_epi16::<2>(_mm_and_si128(hi, _mm_set1_epi8(0xc0u8 as i8)));
+        _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi))
+    }
+
+    /// Q4K rows x Q8K columns: per block `d dy sum_j sc_j sum(q4 q8) -
+    /// dmin dy sum_j m_j bsum_j`.
+    ///
+    /// # Safety
+    /// Every row must hold `nb` Q4K blocks and every column `nb` Q8K blocks;
+    /// the CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4k_tile<const R: usize, const C: usize>(
+        xs: [*const u8; R],
+        ys: [*const u8; C],
+        nb: usize,
+    ) -> [[f32; R]; C] {
+        let m4 = _mm256_set1_epi8(0xf);
+        // The scale shuffles, read from memory (an opaque pointer keeps the
+        // compiler from turning each into two cross-lane shuffles).
+        let shuf = std::hint::black_box(SCALE_SHUFFLE.as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let mut accm = [[_mm_setzero_ps(); R]; C];
+        for b in 0..nb {
+            for x in xs {
+                prefetch(x.wrapping_add(b * Q4K_BYTES), Q4K_BYTES + 63);
+            }
+            // Per column: the scale and the sums of 32 activations (one per
+            // sub-block, for the mins).
+            let mut dy = [_mm_setzero_ps(); C];
+            let mut q8s = [_mm_setzero_si128(); C];
+            for c in 0..C {
+                // SAFETY: block b < nb of column c: d at 0, bsums at 260.
+                unsafe {
+                    let y = ys[c].add(b * Q8K_BYTES);
+                    dy[c] = _mm_broadcast_ss(&*y.cast::<f32>());
+                    let bs = _mm256_loadu_si256(y.add(260).cast());
+                    q8s[c] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+                }
+            }
+            for r in 0..R {
+                // SAFETY: block b < nb of row r: 144 bytes; d, dmin at 0, 2,
+                // scales at 4..16.
+                let (p, dm, sm) = unsafe {
+                    let p = xs[r].add(b * Q4K_BYTES);
+                    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
+                    (p, dm, q4k_scales_mins(p.add(4)))
+                };
+                let scales = _mm256_permute2x128_si256::<0>(sm, sm);
+                let mins = _mm256_extracti128_si256::<1>(sm);
+                // The activations are re-read for every row (they are in L1):
+                // an opaque pointer keeps them from being kept, and spilled,
+                // across rows.
+                let yr = std::hint::black_box(ys);
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for j in 0..4 {
+                    // SAFETY: 32 quant bytes at 16 + 32j of block b (< 144);
+                    // the shuffle table holds 8 entries of 32 bytes.
+                    let (q4, sl, sh) = unsafe {
+                        (
+                            _mm256_loadu_si256(p.add(16 + 32 * j).cast()),
+                            _mm256_loadu_si256(shuf.add(2 * j).cast()),
+                            _mm256_loadu_si256(shuf.add(2 * j + 1).cast()),
+                        )
+                    };
+                    let q4l = _mm256_and_si256(q4, m4);
+                    let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), m4);
+                    let sl = _mm256_shuffle_epi8(scales, sl);
+                    let sh = _mm256_shuffle_epi8(scales, sh);
+                    for c in 0..C {
+                        // SAFETY: 64 activation bytes at 4 + 64j (< 260) of block b.
+                        let (q8l, q8h) = unsafe {
+                            let y = yr[c].add(b * Q8K_BYTES + 4 + 64 * j);
+                            (_mm256_loadu_si256(y.cast()), _mm256_loadu_si256(y.add(32).cast()))
+                        };
+                        let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(q4l, q8l));
+                        let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(q4h, q8h));
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+                    }
+                }
+                for c in 0..C {
+                    // [d dy, dmin dy, ..].
+                    let f = _mm_mul_ps(dm, dy[c]);
+                    let vd = _mm256_broadcastss_ps(f);
+                    acc[c][r] = _mm256_fmadd_ps(vd, _mm256_cvtepi32_ps(sumi[c]), acc[c][r]);
+                    let pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s[c]));
+                    let vm = _mm_shuffle_ps::<0x55>(f, f);
+                    accm[c][r] = _mm_fmadd_ps(vm, pm, accm[c][r]);
+                }
+            }
+        }
+        let mut out = hsums(&acc);
+        for (o, m) in out.iter_mut().zip(&accm) {
+            for (o, m) in o.iter_mut().zip(m) {
+                let s = _mm_add_ps(*m, _mm_movehl_ps(*m, *m));
+                *o -= _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+            }
+        }
+        out
+    }
+
+    /// Byte shuffles broadcasting 16-bit lane `i` (0..8) of each 128-bit half.
+    static SCALE_SHUFFLE: [[u8; 32]; 8] = {
+        let mut t = [[0u8; 32]; 8];
+        let mut i = 0;
+        while i < 8 {
+            let mut k = 0;
+            while k < 32 {
+                t[i][k] = (2 * i + k % 2) as u8;
+                k += 1;
+            }
+            i += 1;
+        }
+        t
+    };
+
+    /// Q6K rows x Q8K columns: per block `d dy sum_s sc_s sum((q - 32) q8)`.
+    ///
+    /// # Safety
+    /// Every row must hold `nb` Q6K blocks and every column `nb` Q8K blocks;
+    /// the CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q6k_tile<const R: usize, const C: usize>(
+        xs: [*const u8; R],
+        ys: [*const u8; C],
+        nb: usize,
+    ) -> [[f32; R]; C] {
+        let m4 = _mm256_set1_epi8(0xf);
+        let m2 = _mm256_set1_epi8(3);
+        let m32 = _mm256_set1_epi8(32);
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        for b in 0..nb {
+            let mut dy = [0f32; C];
+            for c in 0..C {
+                // SAFETY: block b < nb of column c.
+                dy[c] = unsafe { ys[c].add(b * Q8K_BYTES).cast::<f32>().read_unaligned() };
+            }
+            for x in xs {
+                prefetch(x.wrapping_add(b * Q6K_BYTES), Q6K_BYTES + 63);
+            }
+            for r in 0..R {
+                // SAFETY: block b < nb of row r (210 bytes).
+                let xb = unsafe { xs[r].add(b * Q6K_BYTES) };
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for h in 0..2 {
+                    // SAFETY: ql of 128 values is 64 bytes at 64h, qh 32 bytes
+                    // at 128 + 32h (< 192), scales 8 bytes at 192 + 8h.
+                    let (l1, l2, qh, sc) = unsafe {
+                        (
+                            _mm256_loadu_si256(xb.add(64 * h).cast()),
+                            _mm256_loadu_si256(xb.add(64 * h + 32).cast()),
+                            _mm256_loadu_si256(xb.add(128 + 32 * h).cast()),
+                            _mm_loadl_epi64(xb.add(192 + 8 * h).cast()),
+                        )
+                    };
+                    let hi = |bits: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(bits, m2));
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(l1, m4), hi(qh)),
+                        _mm256_or_si256(_mm256_and_si256(l2, m4), hi(_mm256_srli_epi16::<2>(qh))),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                            hi(_mm256_srli_epi16::<4>(qh)),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(l2), m4),
+                            hi(_mm256_srli_epi16::<6>(qh)),
+                        ),
+                    ];
+                    // The eight i8 scales as i16: sub-block 2n in the low
+                    // half of quarter n, 2n + 1 in the high half.
+                    let sc16 = _mm_cvtepi8_epi16(sc);
+                    for (n, qn) in q.iter().enumerate() {
+                        let s = _mm256_set_m128i(
+                            _mm_shuffle_epi8(sc16, pair_shuffle(2 * n + 1)),
+                            _mm_shuffle_epi8(sc16, pair_shuffle(2 * n)),
+                        );
+                        for c in 0..C {
+                            // SAFETY: 32 activation bytes at 4 + 128h + 32n (< 260).
+                            let q8 = unsafe {
+                                _mm256_loadu_si256(
+                                    ys[c].add(b * Q8K_BYTES + 4 + 128 * h + 32 * n).cast(),
+                                )
+                            };
+                            // q in 0..64 times q8, minus 32 q8: (q - 32) q8 in pairs.
+                            let p = _mm256_sub_epi16(
+                                _mm256_maddubs_epi16(*qn, q8),
+                                _mm256_maddubs_epi16(m32, q8),
+                            );
+                            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, s));
+                        }
+                    }
+                }
+                // SAFETY: d is the f16 at 208 of the block.
+                let d = unsafe { f16_at(xb.add(208)) };
+                for c in 0..C {
+                    let vd = _mm256_set1_ps(d * dy[c]);
+                    acc[c][r] = _mm256_fmadd_ps(vd, _mm256_cvtepi32_ps(sumi[c]), acc[c][r]);
+                }
+            }
+        }
+        hsums(&acc)
+    }
+
+    /// A byte shuffle broadcasting 16-bit lane `i` (0..8) of a 128-bit vector.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn pair_shuffle(i: usize) -> __m128i {
+        let lo = (2 * i) as u8;
+        _mm_set1_epi16(i16::from_le_bytes([lo, lo + 1]))
+    }
+}

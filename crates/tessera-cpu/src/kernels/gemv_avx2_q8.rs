@@ -1,0 +1,311 @@
+//! AVX2 tile kernels for the weight types dotted with Q8_0 activations:
+//! Q4_0 and Q8_0 (see [`super::gemv_avx2`] for the tile contract).
+//!
+//! These are the hottest kernels of token generation, and on AVX2 they are
+//! bound by the vector ports, not by memory, so they are written to spend as
+//! few instructions per 32-value block as possible:
+//! - blocks are taken in pairs, one per 128-bit half of a register, so the
+//!   widening to i32, the conversion to f32 and the scaling FMA are done
+//!   once for two blocks;
+//! - the f16 scales of eight blocks are gathered and converted with one
+//!   F16C instruction, multiplied with the activations' scales, and read
+//!   back per pair from the stack;
+//! - Q4_0 nibbles go into `maddubs` unsigned (0..16); the offset 8 is
+//!   removed by subtracting `8 * (y_i + y_j)` per pair of activations,
+//!   computed once per block and shared by the rows of the tile;
+//! - Q8_0 weights are sign-extended to i16 and multiplied with `madd`, which
+//!   is exact for every byte (ggml's sign trick is not for -128 x -128).
+//!
+//! Integer block sums are exact; the f32 scaling rounds like the one-row
+//! kernels, in a different order.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
+use super::gemv_avx2::imp::{f16_at, hsums};
+
+/// Blocks per scale gather.
+const SB: usize = 8;
+
+/// How far ahead of the blocks being read each weight row is prefetched,
+/// in bytes.
+const PREFETCH: usize = 1536;
+
+/// Prefetch the `len` bytes at `p + PREFETCH` of a weight row (hints only:
+/// prefetching past the end of the row is harmless).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn prefetch(p: *const u8, len: usize) {
+    static PF: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let pf = *PF.get_or_init(|| std::env::var("TPF").ok().and_then(|v| v.parse().ok()).unwrap_or(PREFETCH));
+    let mut o = 0;
+    if pf == 0 {
+        return;
+    }
+    while o < len {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(pf + o).cast());
+        o += 64;
+    }
+}
+
+/// The f16 scales at `p`, `p + stride`, ... (eight of them) as f32.
+///
+/// # Safety
+/// Two bytes at `p + i * stride` must be readable for `i < 8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
+    // SAFETY: forwarded to the caller.
+    let h = |i: usize| unsafe { p.add(i * stride).cast::<i16>().read_unaligned() };
+    _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+}
+
+/// `ds[c][r][i] = dx[r][i] * dy[c][i]` for the eight blocks at `b`.
+///
+/// # Safety
+/// Blocks `b..b + 8` of every row (`xb` bytes each) and column (Q8_0) exist.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_scales<const R: usize, const C: usize>(
+    xs: &[*const u8; R],
+    ys: &[*const u8; C],
+    b: usize,
+    xb: usize,
+    ds: &mut [[[f32; SB]; R]; C],
+) {
+    let mut dy = [_mm256_setzero_ps(); C];
+    for c in 0..C {
+        // SAFETY: blocks b..b + 8 of column c.
+        dy[c] = unsafe { scales8(ys[c].add(b * Q8_0_BYTES), Q8_0_BYTES) };
+    }
+    for r in 0..R {
+        // SAFETY: blocks b..b + 8 of row r.
+        let dx = unsafe { scales8(xs[r].add(b * xb), xb) };
+        for c in 0..C {
+            // SAFETY: `ds[c][r]` holds 8 f32.
+            unsafe { _mm256_storeu_ps(ds[c][r].as_mut_ptr(), _mm256_mul_ps(dx, dy[c])) };
+        }
+    }
+}
+
+/// `[s[i] x 4 | s[i + 1] x 4]`: the scales of a pair of blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_scale(s: &[f32; SB], i: usize) -> __m256 {
+    _mm256_set_m128(_mm_set1_ps(s[(i + 1) % SB]), _mm_set1_ps(s[i % SB]))
+}
+
+/// Two 16-byte pieces `[*lo | *hi]` in one register.
+///
+/// # Safety
+/// 16 bytes at `lo` and at `hi` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load2(lo: *const u8, hi: *const u8) -> __m256i {
+    // SAFETY: forwarded to the caller.
+    unsafe { _mm256_loadu2_m128i(hi.cast(), lo.cast()) }
+}
+
+/// Q4_0 rows x Q8_0 columns: `sum_b dx dy sum_i (qx_i - 8) qy_i`.
+///
+/// # Safety
+/// Every `xs[r]` must hold `nb` Q4_0 blocks and every `ys[c]` `nb` Q8_0
+/// blocks; the CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let m4 = _mm256_set1_epi8(0xf);
+    let eight = _mm256_set1_epi8(8);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let mut ds = [[[0f32; SB]; R]; C];
+    let mut b = 0;
+    while b + SB <= nb {
+        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
+        unsafe { pair_scales(&xs, &ys, b, Q4_0_BYTES, &mut ds) };
+        for x in xs {
+            prefetch(x.wrapping_add(b * Q4_0_BYTES), SB * Q4_0_BYTES + 63);
+        }
+        for i in (0..SB).step_by(2) {
+            let (b0, b1) = (b + i, b + i + 1);
+            // Activations of the pair: values 0..16 of both blocks, then 16..32.
+            let mut ylo = [_mm256_setzero_si256(); C];
+            let mut yhi = [_mm256_setzero_si256(); C];
+            let mut yc = [_mm256_setzero_si256(); C];
+            for c in 0..C {
+                // SAFETY: quants of blocks b0, b1 < nb: 32 bytes at 2.
+                unsafe {
+                    let (p0, p1) = (ys[c].add(b0 * Q8_0_BYTES + 2), ys[c].add(b1 * Q8_0_BYTES + 2));
+                    ylo[c] = load2(p0, p1);
+                    yhi[c] = load2(p0.add(16), p1.add(16));
+                }
+                // 8 * (y_i + y_j) per pair of activations, both halves.
+                yc[c] = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(eight, ylo[c]),
+                    _mm256_maddubs_epi16(eight, yhi[c]),
+                );
+            }
+            for r in 0..R {
+                // SAFETY: the 16 quant bytes of blocks b0, b1 < nb, at 2.
+                let q = unsafe {
+                    load2(xs[r].add(b0 * Q4_0_BYTES + 2), xs[r].add(b1 * Q4_0_BYTES + 2))
+                };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                for c in 0..C {
+                    // Four products of at most 15 * 127 per lane: no overflow.
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, ylo[c]),
+                        _mm256_maddubs_epi16(hi, yhi[c]),
+                    );
+                    let p = _mm256_sub_epi16(p, yc[c]);
+                    let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    acc[c][r] = _mm256_fmadd_ps(s, pair_scale(&ds[c][r], i), acc[c][r]);
+                }
+            }
+        }
+        b += SB;
+    }
+    // The last blocks, one at a time.
+    while b < nb {
+        let mut yq = [_mm256_setzero_si256(); C];
+        let mut yc = [_mm256_setzero_si256(); C];
+        let mut dy = [0f32; C];
+        for c in 0..C {
+            // SAFETY: block b < nb of column c.
+            unsafe {
+                let p = ys[c].add(b * Q8_0_BYTES);
+                yq[c] = _mm256_loadu_si256(p.add(2).cast());
+                dy[c] = f16_at(p);
+            }
+            yc[c] = _mm256_maddubs_epi16(eight, yq[c]);
+        }
+        for r in 0..R {
+            // SAFETY: block b < nb of row r.
+            let (q, dx) = unsafe {
+                let p = xs[r].add(b * Q4_0_BYTES);
+                (_mm_loadu_si128(p.add(2).cast()), f16_at(p))
+            };
+            let xu = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), m4);
+            for c in 0..C {
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(xu, yq[c]), yc[c]);
+                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
+            }
+        }
+        b += 1;
+    }
+    hsums(&acc)
+}
+
+/// The sums of 16 i16 products of one Q8_0 block, as 8 i32: the quants
+/// sign-extended and multiplied with `madd` (exact for every byte).
+///
+/// # Safety
+/// 32 bytes at `x` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_block_sums(x: *const u8, ylo: __m256i, yhi: __m256i) -> __m256i {
+    // SAFETY: forwarded to the caller.
+    let (xlo, xhi) = unsafe {
+        (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(x.cast())),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(16).cast())),
+        )
+    };
+    _mm256_add_epi32(_mm256_madd_epi16(xlo, ylo), _mm256_madd_epi16(xhi, yhi))
+}
+
+/// Q8_0 rows x Q8_0 columns.
+///
+/// # Safety
+/// Every row and column must hold `nb` Q8_0 blocks; the CPU must have AVX2,
+/// FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let mut ds = [[[0f32; SB]; R]; C];
+    // Activations of a block sign-extended to i16: values 0..16, 16..32.
+    let widen = |p: *const u8| -> (__m256i, __m256i) {
+        // SAFETY: the callers pass the 32 quant bytes of a block.
+        unsafe {
+            (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
+            )
+        }
+    };
+    let mut b = 0;
+    while b + SB <= nb {
+        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
+        unsafe { pair_scales(&xs, &ys, b, Q8_0_BYTES, &mut ds) };
+        for x in xs {
+            prefetch(x.wrapping_add(b * Q8_0_BYTES), SB * Q8_0_BYTES + 63);
+        }
+        for i in (0..SB).step_by(2) {
+            let (b0, b1) = (b + i, b + i + 1);
+            let mut y0 = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
+            let mut y1 = y0;
+            for c in 0..C {
+                // SAFETY: blocks b0, b1 < nb of column c.
+                unsafe {
+                    y0[c] = widen(ys[c].add(b0 * Q8_0_BYTES + 2));
+                    y1[c] = widen(ys[c].add(b1 * Q8_0_BYTES + 2));
+                }
+            }
+            for r in 0..R {
+                // SAFETY: blocks b0, b1 < nb of row r.
+                let (x0, x1) = unsafe {
+                    (widen(xs[r].add(b0 * Q8_0_BYTES + 2)), widen(xs[r].add(b1 * Q8_0_BYTES + 2)))
+                };
+                for c in 0..C {
+                    let s0 = _mm256_add_epi32(
+                        _mm256_madd_epi16(x0.0, y0[c].0),
+                        _mm256_madd_epi16(x0.1, y0[c].1),
+                    );
+                    let s1 = _mm256_add_epi32(
+                        _mm256_madd_epi16(x1.0, y1[c].0),
+                        _mm256_madd_epi16(x1.1, y1[c].1),
+                    );
+                    // Block b0 in the low half, b1 in the high half.
+                    let s = _mm256_add_epi32(
+                        _mm256_permute2x128_si256::<0x20>(s0, s1),
+                        _mm256_permute2x128_si256::<0x31>(s0, s1),
+                    );
+                    let f = _mm256_cvtepi32_ps(s);
+                    acc[c][r] = _mm256_fmadd_ps(f, pair_scale(&ds[c][r], i), acc[c][r]);
+                }
+            }
+        }
+        b += SB;
+    }
+    while b < nb {
+        for c in 0..C {
+            // SAFETY: block b < nb of column c.
+            let (yp, dy) = unsafe {
+                let p = ys[c].add(b * Q8_0_BYTES);
+                (widen(p.add(2)), f16_at(p))
+            };
+            for r in 0..R {
+                // SAFETY: block b < nb of row r.
+                let (s, dx) = unsafe {
+                    let p = xs[r].add(b * Q8_0_BYTES);
+                    (q8_block_sums(p.add(2), yp.0, yp.1), f16_at(p))
+                };
+                let f = _mm256_cvtepi32_ps(s);
+                acc[c][r] = _mm256_fmadd_ps(f, _mm256_set1_ps(dx * dy), acc[c][r]);
+            }
+        }
+        b += 1;
+    }
+    hsums(&acc)
+}

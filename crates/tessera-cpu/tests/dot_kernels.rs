@@ -1,0 +1,255 @@
+//! Multi-row dot products ("tiles", `dot::tile_fn`) against the portable
+//! one-row dot products (`dot::scalar_dot_fn`) on the same bytes: every
+//! weight type, every row count 1..=TILE_ROWS and column count
+//! 1..=TILE_COLS, odd lengths (tails of 1..7 blocks or elements), and
+//! random quant bytes with every bit exercised (scales kept sane).
+//!
+//! Tolerance: `|tile - scalar| <= 1e-5 * sum |x_i y_i|` (both compute the
+//! same exact integer block sums for quantized types; only the order and
+//! rounding of the f32 scaling and summation differ).
+//!
+//! `tile_throughput` (ignored; run with `--ignored --nocapture`) prints the
+//! single-thread, cache-resident speed of each kernel in GB/s of weights.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use tessera::DType;
+use tessera_cpu::isa::Isa;
+use tessera_cpu::kernels::act_quant::convert_row;
+use tessera_cpu::kernels::dot::{TILE_COLS, TILE_ROWS, scalar_dot_fn, tile_fn, vec_dot_type};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn put_f16(b: &mut [u8], at: usize, v: f32) {
+    b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+/// One weight row of `n` values of `t`: random bytes with sane scales for
+/// quantized types, random values for float types.
+fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    match t {
+        DType::F32 => (0..n).flat_map(|_| rng.f32().to_le_bytes()).collect(),
+        DType::F16 => (0..n)
+            .flat_map(|_| half::f16::from_f32(rng.f32()).to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.f32()).to_bits().to_le_bytes())
+            .collect(),
+        _ => {
+            let ts = t.type_size();
+            let mut x: Vec<u8> = (0..t.row_size(n).unwrap())
+                .map(|_| rng.next() as u8)
+                .collect();
+            for b in x.chunks_exact_mut(ts) {
+                match t {
+                    DType::Q4_0 | DType::Q8_0 => put_f16(b, 0, 0.01 + 0.05 * rng.f32().abs()),
+                    DType::Q4K => {
+                        put_f16(b, 0, 0.001 + 0.01 * rng.f32().abs());
+                        put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
+                    }
+                    DType::Q6K => put_f16(b, 208, 0.001 + 0.01 * rng.f32().abs()),
+                    _ => {}
+                }
+            }
+            x
+        }
+    }
+}
+
+/// The weight types with a tile kernel somewhere.
+const TYPES: [DType; 7] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4K,
+    DType::Q6K,
+];
+
+/// `sum |x_i y_i|` through the portable dot of |x| and |y| is not available
+/// for quantized types, so the magnitude is taken from the f32 values.
+fn magnitude(t: DType, x: &[u8], act: &[f32]) -> f64 {
+    let mut vals = vec![0f32; act.len()];
+    match t {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let w = t.type_size();
+            for (v, b) in vals.iter_mut().zip(x.chunks_exact(w)) {
+                *v = match t {
+                    DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                    _ => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                };
+            }
+        }
+        _ => tessera::quant::to_f32(t, x, &mut vals).unwrap(),
+    }
+    vals.iter()
+        .zip(act)
+        .map(|(a, b)| f64::from(a.abs()) * f64::from(b.abs()))
+        .sum()
+}
+
+#[test]
+fn tiles_match_the_scalar_dot_on_every_shape_and_tail() {
+    let mut rng = Rng(11);
+    for t in TYPES {
+        let Some(tile) = tile_fn(t, Isa::best()) else {
+            continue;
+        };
+        let yt = vec_dot_type(t).unwrap();
+        let dot = scalar_dot_fn(t).unwrap();
+        let bs = t.block_size();
+        let lens: Vec<usize> = if bs == 1 {
+            vec![1, 7, 8, 9, 15, 16, 17, 33, 100, 257, 1000]
+        } else {
+            [1usize, 2, 3, 5, 7, 8, 9, 17, 32]
+                .iter()
+                .map(|b| b * bs.max(yt.block_size()))
+                .collect()
+        };
+        for n in lens {
+            let xs: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| weight_row(t, n, &mut rng)).collect();
+            let acts: Vec<Vec<f32>> = (0..TILE_COLS)
+                .map(|_| (0..n).map(|_| rng.f32()).collect())
+                .collect();
+            let ys: Vec<Vec<u8>> = acts
+                .iter()
+                .map(|a| {
+                    let mut y = vec![0u8; yt.row_size(n).unwrap()];
+                    convert_row(yt, a, &mut y).unwrap();
+                    y
+                })
+                .collect();
+            for nr in 1..=TILE_ROWS {
+                for nc in 1..=TILE_COLS {
+                    let xr: Vec<&[u8]> = xs[..nr].iter().map(|v| v.as_slice()).collect();
+                    let yr: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
+                    let mut out = [[f32::NAN; TILE_ROWS]; TILE_COLS];
+                    tile(&xr, &yr, &mut out);
+                    for c in 0..TILE_COLS {
+                        for r in 0..TILE_ROWS {
+                            let got = out[c][r];
+                            if r >= nr || c >= nc {
+                                assert!(got.is_nan(), "{t} n={n} {nr}x{nc}: [{c}][{r}] written");
+                                continue;
+                            }
+                            let want = f64::from(dot(&xs[r], &ys[c]));
+                            let mag = magnitude(t, &xs[r], &acts[c]);
+                            assert!(
+                                (f64::from(got) - want).abs() <= 1e-5 * mag + 1e-30,
+                                "{t} n={n} {nr}x{nc} [{c}][{r}]: {got} vs {want} (magnitude {mag})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tiles_ignore_extra_bytes_and_pair_blocks_from_the_start() {
+    let mut rng = Rng(12);
+    for t in TYPES {
+        let Some(tile) = tile_fn(t, Isa::best()) else {
+            continue;
+        };
+        let yt = vec_dot_type(t).unwrap();
+        let dot = scalar_dot_fn(t).unwrap();
+        let n = 256;
+        let x = weight_row(t, n, &mut rng);
+        let long = weight_row(t, 2 * n, &mut rng);
+        let act: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+        let mut y = vec![0u8; yt.row_size(n).unwrap()];
+        convert_row(yt, &act, &mut y).unwrap();
+        // A longer second row: only its first n values count.
+        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+        tile(&[&x, &long], &[&y], &mut out);
+        let want = dot(&long[..t.row_size(n).unwrap()], &y);
+        let mag = magnitude(t, &long[..t.row_size(n).unwrap()], &act);
+        assert!((out[0][1] - want).abs() as f64 <= 1e-5 * mag, "{t}");
+        // An empty row makes every result of the call zero-length sums.
+        tile(&[&x, &[]], &[&y], &mut out);
+        assert_eq!(out[0][0], 0.0, "{t}");
+    }
+}
+
+#[test]
+#[ignore = "timing; run with --ignored --nocapture"]
+fn tile_throughput() {
+    let mut rng = Rng(13);
+    let k = 14336;
+    let only = std::env::var("TILE_TYPES").unwrap_or_default();
+    // Rows per call to compare (env TILE_R, e.g. "1,2,4"), interleaved.
+    let per_call: Vec<usize> = std::env::var("TILE_R")
+        .unwrap_or_else(|_| TILE_ROWS.to_string())
+        .split(',')
+        .filter_map(|v| v.parse().ok())
+        .map(|r: usize| r.clamp(1, TILE_ROWS))
+        .collect();
+    for t in TYPES {
+        if !only.is_empty() && !only.split(',').any(|o| o == t.name()) {
+            continue;
+        }
+        // 64 rows stay in L2; 4096 rows are the benchmark's matrix.
+        for rows in [64usize, 4096] {
+            for isa in Isa::all_available() {
+                let Some(tile) = tile_fn(t, isa) else {
+                    continue;
+                };
+                let yt = vec_dot_type(t).unwrap();
+                let row = t.row_size(k).unwrap();
+                let mut x = vec![0u8; rows * row];
+                for r in x.chunks_exact_mut(row).take(64) {
+                    r.copy_from_slice(&weight_row(t, k, &mut rng));
+                }
+                for i in 64..rows {
+                    x.copy_within((i % 64) * row..(i % 64 + 1) * row, i * row);
+                }
+                let act: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+                let mut y = vec![0u8; yt.row_size(k).unwrap()];
+                convert_row(yt, &act, &mut y).unwrap();
+                let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+                let mut sink = 0f32;
+                let mut best = vec![f64::MAX; per_call.len()];
+                for _ in 0..(20 * 64 / rows).max(8) {
+                    for (pc, b) in per_call.iter().zip(best.iter_mut()) {
+                        let start = std::time::Instant::now();
+                        for r in (0..rows).step_by(*pc) {
+                            let xr: [&[u8]; TILE_ROWS] = std::array::from_fn(|i| {
+                                let i = (r + i).min(rows - 1);
+                                &x[i * row..(i + 1) * row]
+                            });
+                            tile(&xr[..*pc], &[&y], &mut out);
+                            sink += out[0][0];
+                        }
+                        *b = b.min(start.elapsed().as_secs_f64());
+                    }
+                }
+                for (pc, b) in per_call.iter().zip(&best) {
+                    println!(
+                        "{t:>5} {isa:?} {rows:>4} rows, {pc} per call: {:6.1} GB/s of weights, {:6.1} GFLOPS (1 thread){}",
+                        x.len() as f64 / b / 1e9,
+                        2.0 * (rows * k) as f64 / b / 1e9,
+                        if sink.is_nan() { " nan" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+}
