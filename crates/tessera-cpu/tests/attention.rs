@@ -451,6 +451,39 @@ fn non_contiguous_kv_views_and_a_different_v_size() {
 }
 
 #[test]
+fn wide_gqa_groups_odd_head_sizes_and_dropped_keys() {
+    // 12 query heads on one KV head: with 2 queries, 24 rows share K/V and
+    // are computed in groups of at most GROUP_ROWS; head sizes with vector
+    // tails (dk = 72, dv = 40); a causal mask drops the last keys for the
+    // groups of the first query, and n_kv = 200 spans several KV blocks.
+    let pool = ThreadPool::new(3).unwrap();
+    let mut rng = Rng(15);
+    let (dk, dv, n_q, n_kv, n_head, n_head_kv) = (72, 40, 2, 200, 12, 1);
+    for (tk, tv) in KV_TYPES {
+        let mut q = Tensor::contiguous(DType::F32, [dk, n_q, n_head, 1], || rng.f32());
+        let mut k = Tensor::contiguous(tk, [dk, n_kv, n_head_kv, 1], || rng.f32());
+        let mut v = Tensor::contiguous(tv, [dv, n_kv, n_head_kv, 1], || rng.f32());
+        let mut m = mask(n_kv, n_q, 1, None, 0.5, &mut rng);
+        let p = Params {
+            scale: 1.0 / (dk as f32).sqrt(),
+            max_bias: 0.0,
+            softcap: 0.0,
+        };
+        let what = format!("{tk}/{tv} wide groups");
+        check(&pool, &what, &mut q, &mut k, &mut v, Some(&mut m), p);
+        check(
+            &pool,
+            &format!("{what} no mask"),
+            &mut q,
+            &mut k,
+            &mut v,
+            None,
+            p,
+        );
+    }
+}
+
+#[test]
 fn a_fully_masked_row_outputs_zeros() {
     let pool = ThreadPool::new(3).unwrap();
     let mut rng = Rng(14);

@@ -16,7 +16,9 @@
 use tessera::DType;
 use tessera_cpu::isa::Isa;
 use tessera_cpu::kernels::act_quant::convert_row;
-use tessera_cpu::kernels::dot::{TILE_COLS, TILE_ROWS, scalar_dot_fn, tile_fn, vec_dot_type};
+use tessera_cpu::kernels::dot::{
+    TILE_COLS, TILE_ROWS, TileFn, scalar_dot_fn, tile_fn, tile_kernels, vec_dot_type,
+};
 
 struct Rng(u64);
 
@@ -81,78 +83,78 @@ const TYPES: [DType; 7] = [
     DType::Q6K,
 ];
 
-/// `sum |x_i y_i|` through the portable dot of |x| and |y| is not available
-/// for quantized types, so the magnitude is taken from the f32 values.
-fn magnitude(t: DType, x: &[u8], act: &[f32]) -> f64 {
-    let mut vals = vec![0f32; act.len()];
-    match t {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            let w = t.type_size();
-            for (v, b) in vals.iter_mut().zip(x.chunks_exact(w)) {
-                *v = match t {
-                    DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                    DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
-                    _ => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-                };
-            }
-        }
-        _ => tessera::quant::to_f32(t, x, &mut vals).unwrap(),
-    }
-    vals.iter()
-        .zip(act)
-        .map(|(a, b)| f64::from(a.abs()) * f64::from(b.abs()))
-        .sum()
+/// The activations of `acts` in type `yt` (the dot type, or f32).
+fn act_rows(yt: DType, acts: &[Vec<f32>]) -> Vec<Vec<u8>> {
+    acts.iter()
+        .map(|a| {
+            let mut y = vec![0u8; yt.row_size(a.len()).unwrap()];
+            convert_row(yt, a, &mut y).unwrap();
+            y
+        })
+        .collect()
 }
 
-#[test]
-fn tiles_match_the_scalar_dot_on_every_shape_and_tail() {
-    let mut rng = Rng(11);
-    for t in TYPES {
-        let Some(tile) = tile_fn(t, Isa::best()) else {
-            continue;
-        };
-        let yt = vec_dot_type(t).unwrap();
-        let dot = scalar_dot_fn(t).unwrap();
-        let bs = t.block_size();
-        let lens: Vec<usize> = if bs == 1 {
-            vec![1, 7, 8, 9, 15, 16, 17, 33, 100, 257, 1000]
-        } else {
-            [1usize, 2, 3, 5, 7, 8, 9, 17, 32]
-                .iter()
-                .map(|b| b * bs.max(yt.block_size()))
-                .collect()
-        };
-        for n in lens {
-            let xs: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| weight_row(t, n, &mut rng)).collect();
-            let acts: Vec<Vec<f32>> = (0..TILE_COLS)
-                .map(|_| (0..n).map(|_| rng.f32()).collect())
-                .collect();
-            let ys: Vec<Vec<u8>> = acts
-                .iter()
-                .map(|a| {
-                    let mut y = vec![0u8; yt.row_size(n).unwrap()];
-                    convert_row(yt, a, &mut y).unwrap();
-                    y
-                })
-                .collect();
-            for nr in 1..=TILE_ROWS {
-                for nc in 1..=TILE_COLS {
-                    let xr: Vec<&[u8]> = xs[..nr].iter().map(|v| v.as_slice()).collect();
-                    let yr: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
-                    let mut out = [[f32::NAN; TILE_ROWS]; TILE_COLS];
-                    tile(&xr, &yr, &mut out);
-                    for c in 0..TILE_COLS {
-                        for r in 0..TILE_ROWS {
-                            let got = out[c][r];
-                            if r >= nr || c >= nc {
-                                assert!(got.is_nan(), "{t} n={n} {nr}x{nc}: [{c}][{r}] written");
-                                continue;
-                            }
-                            let want = f64::from(dot(&xs[r], &ys[c]));
-                            let mag = magnitude(t, &xs[r], &acts[c]);
+/// The f64 dot product of weight row `x` (type `t`) and activations `y`
+/// (type `yt`, decoded exactly), and its magnitude `sum |x_i y_i|`.
+fn reference(t: DType, x: &[u8], yt: DType, y: &[u8], n: usize) -> (f64, f64) {
+    let decode = |t: DType, b: &[u8]| -> Vec<f64> {
+        let mut v = vec![0f32; n];
+        match t {
+            DType::F32 => v.iter_mut().zip(b.chunks_exact(4)).for_each(|(v, b)| {
+                *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }),
+            DType::F16 => v.iter_mut().zip(b.chunks_exact(2)).for_each(|(v, b)| {
+                *v = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }),
+            DType::BF16 => v.iter_mut().zip(b.chunks_exact(2)).for_each(|(v, b)| {
+                *v = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }),
+            _ => tessera::quant::to_f32(t, b, &mut v).unwrap(),
+        }
+        v.into_iter().map(f64::from).collect()
+    };
+    let (xv, yv) = (decode(t, x), decode(yt, y));
+    let dot = xv.iter().zip(&yv).map(|(a, b)| a * b).sum();
+    let mag = xv.iter().zip(&yv).map(|(a, b)| (a * b).abs()).sum();
+    (dot, mag)
+}
+
+/// Checks `tile` (weights `t`, activations `yt`) on every shape and the
+/// lengths `lens`, against the f64 reference and, where `yt` is the dot
+/// type, against the portable one-row dot product.
+fn check_tile(name: &str, tile: TileFn, t: DType, yt: DType, lens: &[usize], rng: &mut Rng) {
+    let scalar = (vec_dot_type(t) == Some(yt)).then(|| scalar_dot_fn(t).unwrap());
+    for &n in lens {
+        let xs: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| weight_row(t, n, rng)).collect();
+        let acts: Vec<Vec<f32>> = (0..TILE_COLS)
+            .map(|_| (0..n).map(|_| rng.f32()).collect())
+            .collect();
+        let ys = act_rows(yt, &acts);
+        for nr in 1..=TILE_ROWS {
+            for nc in 1..=TILE_COLS {
+                let xr: Vec<&[u8]> = xs[..nr].iter().map(|v| v.as_slice()).collect();
+                let yr: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
+                let mut out = [[f32::NAN; TILE_ROWS]; TILE_COLS];
+                tile(&xr, &yr, &mut out);
+                for c in 0..TILE_COLS {
+                    for r in 0..TILE_ROWS {
+                        let got = out[c][r];
+                        let what = format!("{name} {t} x {yt} n={n} {nr}x{nc} [{c}][{r}]");
+                        if r >= nr || c >= nc {
+                            assert!(got.is_nan(), "{what}: written");
+                            continue;
+                        }
+                        let (want, mag) = reference(t, &xs[r], yt, &ys[c], n);
+                        let tol = 1e-5 * mag + 1e-30;
+                        assert!(
+                            (f64::from(got) - want).abs() <= tol,
+                            "{what}: {got} vs {want}"
+                        );
+                        if let Some(dot) = scalar {
+                            let s = f64::from(dot(&xs[r], &ys[c]));
                             assert!(
-                                (f64::from(got) - want).abs() <= 1e-5 * mag + 1e-30,
-                                "{t} n={n} {nr}x{nc} [{c}][{r}]: {got} vs {want} (magnitude {mag})"
+                                (f64::from(got) - s).abs() <= tol,
+                                "{what}: {got} vs scalar {s}"
                             );
                         }
                     }
@@ -163,29 +165,68 @@ fn tiles_match_the_scalar_dot_on_every_shape_and_tail() {
 }
 
 #[test]
+fn tiles_match_the_reference_on_every_shape_and_tail() {
+    let mut rng = Rng(11);
+    for t in TYPES {
+        let yt = vec_dot_type(t).unwrap();
+        let bs = t.block_size().max(yt.block_size());
+        let lens: Vec<usize> = if bs == 1 {
+            vec![1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 257, 1000]
+        } else {
+            [1usize, 2, 3, 5, 7, 8, 9, 15, 17, 32]
+                .iter()
+                .map(|b| b * bs)
+                .collect()
+        };
+        for (name, tile) in tile_kernels(t, false) {
+            check_tile(name, tile, t, yt, &lens, &mut rng);
+        }
+        for (name, tile) in tile_kernels(t, true) {
+            check_tile(name, tile, t, DType::F32, &lens, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn every_simd_kernel_is_listed() {
+    if !Isa::Avx2.available() {
+        return;
+    }
+    for t in TYPES {
+        assert!(!tile_kernels(t, false).is_empty(), "{t}");
+        assert!(tile_fn(t, Isa::Avx2).is_some(), "{t}");
+    }
+    for t in [DType::F16, DType::BF16] {
+        assert!(!tile_kernels(t, true).is_empty(), "{t}");
+    }
+}
+
+#[test]
 fn tiles_ignore_extra_bytes_and_pair_blocks_from_the_start() {
     let mut rng = Rng(12);
     for t in TYPES {
-        let Some(tile) = tile_fn(t, Isa::best()) else {
-            continue;
-        };
         let yt = vec_dot_type(t).unwrap();
         let dot = scalar_dot_fn(t).unwrap();
-        let n = 256;
-        let x = weight_row(t, n, &mut rng);
-        let long = weight_row(t, 2 * n, &mut rng);
-        let act: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-        let mut y = vec![0u8; yt.row_size(n).unwrap()];
-        convert_row(yt, &act, &mut y).unwrap();
-        // A longer second row: only its first n values count.
-        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
-        tile(&[&x, &long], &[&y], &mut out);
-        let want = dot(&long[..t.row_size(n).unwrap()], &y);
-        let mag = magnitude(t, &long[..t.row_size(n).unwrap()], &act);
-        assert!((out[0][1] - want).abs() as f64 <= 1e-5 * mag, "{t}");
-        // An empty row makes every result of the call zero-length sums.
-        tile(&[&x, &[]], &[&y], &mut out);
-        assert_eq!(out[0][0], 0.0, "{t}");
+        for (name, tile) in tile_kernels(t, false) {
+            let n = 512;
+            let x = weight_row(t, n, &mut rng);
+            let long = weight_row(t, 2 * n, &mut rng);
+            let act: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            let y = act_rows(yt, &[act])[0].clone();
+            // A longer second row: only its first n values count.
+            let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+            tile(&[&x, &long], &[&y], &mut out);
+            let head = &long[..t.row_size(n).unwrap()];
+            let want = f64::from(dot(head, &y));
+            let (_, mag) = reference(t, head, yt, &y, n);
+            assert!(
+                (f64::from(out[0][1]) - want).abs() <= 1e-5 * mag,
+                "{name} {t}"
+            );
+            // An empty row makes every result of the call an empty sum.
+            tile(&[&x, &[]], &[&y], &mut out);
+            assert_eq!(out[0][0], 0.0, "{name} {t}");
+        }
     }
 }
 
@@ -208,11 +249,15 @@ fn tile_throughput() {
         }
         // 64 rows stay in L2; 4096 rows are the benchmark's matrix.
         for rows in [64usize, 4096] {
-            for isa in Isa::all_available() {
-                let Some(tile) = tile_fn(t, isa) else {
-                    continue;
-                };
-                let yt = vec_dot_type(t).unwrap();
+            let kernels = tile_kernels(t, false)
+                .into_iter()
+                .map(|(n, k)| (n, k, vec_dot_type(t).unwrap()))
+                .chain(
+                    tile_kernels(t, true)
+                        .into_iter()
+                        .map(|(n, k)| (n, k, DType::F32)),
+                );
+            for (isa, tile, yt) in kernels {
                 let row = t.row_size(k).unwrap();
                 let mut x = vec![0u8; rows * row];
                 for r in x.chunks_exact_mut(row).take(64) {
@@ -243,7 +288,7 @@ fn tile_throughput() {
                 }
                 for (pc, b) in per_call.iter().zip(&best) {
                     println!(
-                        "{t:>5} {isa:?} {rows:>4} rows, {pc} per call: {:6.1} GB/s of weights, {:6.1} GFLOPS (1 thread){}",
+                        "{t:>5} x {yt} {isa} {rows:>4} rows, {pc} per call: {:6.1} GB/s of weights, {:6.1} GFLOPS (1 thread){}",
                         x.len() as f64 / b / 1e9,
                         2.0 * (rows * k) as f64 / b / 1e9,
                         if sink.is_nan() { " nan" } else { "" }

@@ -509,7 +509,10 @@ fn a_reused_plan_notices_buffer_changes() {
         // Now read-only: writing the result is refused again.
         sw.writable.store(false, Ordering::SeqCst);
         let e = stream.compute(&g, &p).unwrap_err();
-        assert!(matches!(&e, Error::Unsupported { what, .. } if what.contains("read-only")), "{e:?}");
+        assert!(
+            matches!(&e, Error::Unsupported { what, .. } if what.contains("read-only")),
+            "{e:?}"
+        );
         sw.writable.store(true, Ordering::SeqCst);
         stream.compute(&g, &p).unwrap();
     }
@@ -571,7 +574,10 @@ fn data_errors_are_caught_when_a_plan_is_reused() {
         assert_eq!(r.get(rows), vec![8.0, 9.0, 10.0, 11.0, 0.0, 1.0, 2.0, 3.0]);
         r.set(ids, &[3.0, 0.0]);
         let e = stream.compute(&r.graph, &r.placement).unwrap_err();
-        assert!(matches!(&e, Error::OutOfBounds(m) if m.contains("index 3")), "{e:?}");
+        assert!(
+            matches!(&e, Error::OutOfBounds(m) if m.contains("index 3")),
+            "{e:?}"
+        );
         r.set(ids, &[2.0, 0.0]);
     }
 }

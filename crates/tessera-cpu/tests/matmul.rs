@@ -334,6 +334,12 @@ fn all_shapes(t: DType, seed: u64) {
     let (mut a, deq) = weights(t, [k, 5, 3, 2], [2, 1, 3], &mut rng);
     let mut b = activations([k, 2, 3, 4], [0, 1, 2, 3], &mut rng);
     check(&pool, "permuted a", &mut a, &deq, &mut b);
+    // Rows longer than the k slices of the multi-column kernels (1024 f32
+    // or 2048 quantized values): several slices, the last one partial.
+    let kl = 2048 + 768;
+    let (mut a, deq) = weights(t, [kl, 6, 1, 1], [1, 2, 3], &mut rng);
+    let mut b = activations([kl, 5, 1, 1], [0, 1, 2, 3], &mut rng);
+    check(&pool, "long rows", &mut a, &deq, &mut b);
     // 67 x 35 outputs in 16 x 16 chunks: 15 chunks, more than 4 per thread
     // for 1..3 threads, so threads take chunks from the shared counter.
     let (mut a, deq) = weights(t, [k, 67, 1, 1], [1, 2, 3], &mut rng);
@@ -487,5 +493,51 @@ fn activation_conversion_of_non_finite_values_matches_on_every_isa() {
             convert_row_isa(isa, t, &x, &mut got).unwrap();
             assert_eq!(got, want, "{t} {isa:?}");
         }
+    }
+}
+
+/// Token-generation MUL_MAT straight from DRAM: `n = 1` over many different
+/// 4096 x 14336 weight matrices (about 1 GB in all, more than the caches), on
+/// 2 threads; prints the weight bytes read per second. Ignored: timing.
+#[test]
+#[ignore = "timing; run with --ignored --nocapture"]
+fn dram_streaming_gemv() {
+    let pool = ThreadPool::new(2).unwrap();
+    let (k, m) = (14336, 4096);
+    let mut rng = Rng(21);
+    let isa = Isa::from_env();
+    for t in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::F16] {
+        let row = t.row_size(k).unwrap();
+        let count = (1usize << 30) / (row * m);
+        let layout = Layout::contiguous(t, &[k, m]).unwrap();
+        let mut mats: Vec<Tensor> = (0..count)
+            .map(|_| {
+                let mut mem = Mem::new(layout.nbytes());
+                for b in mem.bytes().chunks_exact_mut(t.type_size()) {
+                    // Random quants; every block's leading f16 is a small scale.
+                    b[0] = rng.next() as u8;
+                    b[1] = 0x20;
+                    for x in b[2..].iter_mut() {
+                        *x = rng.next() as u8;
+                    }
+                }
+                Tensor { mem, layout }
+            })
+            .collect();
+        let mut b = activations([k, 1, 1, 1], [0, 1, 2, 3], &mut rng);
+        let dst = Layout::contiguous(DType::F32, &[m, 1]).unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let start = std::time::Instant::now();
+            for a in mats.iter_mut() {
+                run(&pool, a, &mut b, dst, 2, isa).unwrap();
+            }
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        let bytes = (count * layout.nbytes()) as f64;
+        println!(
+            "{t:>5} {isa:?}: {count} matrices, {:.1} GB/s of weights from DRAM (2 threads)",
+            bytes / best / 1e9
+        );
     }
 }

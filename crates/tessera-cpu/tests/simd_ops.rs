@@ -391,8 +391,12 @@ fn row_gathers_and_scatters_agree_bit_for_bit() {
     let cases: [(&str, Case); 12] = [
         // Rows long enough to be split by columns between threads.
         ("get f32 one long row", |g| get(g, DType::F32, 20000, 3, 1)),
-        ("get q8_0 one long row", |g| get(g, DType::Q8_0, 32 * 700, 3, 1)),
-        ("get q4_0 two long rows", |g| get(g, DType::Q4_0, 32 * 900, 3, 2)),
+        ("get q8_0 one long row", |g| {
+            get(g, DType::Q8_0, 32 * 700, 3, 1)
+        }),
+        ("get q4_0 two long rows", |g| {
+            get(g, DType::Q4_0, 32 * 900, 3, 2)
+        }),
         ("get f32 one row", |g| get(g, DType::F32, 4096, 50, 1)),
         ("get f16 one row", |g| get(g, DType::F16, 4096, 50, 1)),
         ("get q8_0 one row", |g| get(g, DType::Q8_0, 4096, 50, 1)),

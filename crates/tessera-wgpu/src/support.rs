@@ -278,4 +278,3 @@ fn sane(l: &Layout) -> bool {
             || l.ne[0] <= l.dtype.block_size()
             || l.nb[0] == l.dtype.type_size())
 }
-

@@ -261,7 +261,9 @@ mod tests {
             let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
             convert_row(t, &x, &mut a).unwrap();
             // SAFETY: 512 values with an 8-byte stride lie inside `wide`.
-            unsafe { convert_strided(Isa::Scalar, t, wide.as_ptr().cast(), 8, 512, &mut b).unwrap() };
+            unsafe {
+                convert_strided(Isa::Scalar, t, wide.as_ptr().cast(), 8, 512, &mut b).unwrap()
+            };
             assert_eq!(a, b, "{t}");
             assert!(convert_row(t, &x, &mut a[1..]).is_err());
         }

@@ -98,7 +98,10 @@ mod imp {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn to_i32_sat(r: __m256) -> __m256i {
         let ord = _mm256_cmp_ps::<_CMP_ORD_Q>(r, r);
-        let r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0)), _mm256_set1_ps(127.0));
+        let r = _mm256_min_ps(
+            _mm256_max_ps(r, _mm256_set1_ps(-128.0)),
+            _mm256_set1_ps(127.0),
+        );
         let r = _mm256_and_ps(r, ord);
         _mm256_cvttps_epi32(r)
     }
@@ -195,7 +198,11 @@ mod imp {
             // SAFETY: `out` holds 16 bytes.
             unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), h) };
         }
-        for (&x, out) in sc.remainder().iter().zip(dc.into_remainder().chunks_exact_mut(2)) {
+        for (&x, out) in sc
+            .remainder()
+            .iter()
+            .zip(dc.into_remainder().chunks_exact_mut(2))
+        {
             out.copy_from_slice(&half::f16::from_f32(x).to_bits().to_le_bytes());
         }
     }
@@ -224,7 +231,11 @@ mod imp {
             // SAFETY: `out` holds 16 bytes.
             unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(p)) };
         }
-        for (&x, out) in sc.remainder().iter().zip(dc.into_remainder().chunks_exact_mut(2)) {
+        for (&x, out) in sc
+            .remainder()
+            .iter()
+            .zip(dc.into_remainder().chunks_exact_mut(2))
+        {
             out.copy_from_slice(&crate::kernels::act_quant::f32_to_bf16_bits(x).to_le_bytes());
         }
     }

@@ -33,11 +33,10 @@
 
 use tessera::{DType, Error, Layout, Op, Result};
 
-
 use super::NodeCtx;
 use super::attention_group::{Group, GroupBufs};
 use super::attention_vec::{exp_fn, f16_row_fn, vacc_fn};
-use super::dot::{dot_fn, tile_fn};
+use super::dot::{dot_fn, tile_f32_fn, tile_fn};
 
 /// Keys scored per step of the online softmax.
 pub const KV_BLOCK: usize = 64;
@@ -71,7 +70,13 @@ fn parts(q: &Layout, v: &Layout) -> Option<(usize, usize, usize)> {
     let qb = padded_f32(q.ne[0])?;
     let ab = padded_f32(v.ne[0].checked_mul(GROUP_ROWS)?)?;
     let sb = padded_f32(KV_BLOCK * GROUP_ROWS)?;
-    Some((qb, ab, qb.checked_mul(GROUP_ROWS)?.checked_add(ab)?.checked_add(sb)?))
+    Some((
+        qb,
+        ab,
+        qb.checked_mul(GROUP_ROWS)?
+            .checked_add(ab)?
+            .checked_add(sb)?,
+    ))
 }
 
 /// Bytes of one thread's scratch.
@@ -167,8 +172,8 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     })?;
 
     // This thread's scratch: [queries | accumulators | scores], GROUP_ROWS each.
-    let (q_bytes, a_bytes, per) =
-        parts(&q.layout, &v.layout).ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
+    let (q_bytes, a_bytes, per) = parts(&q.layout, &v.layout)
+        .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
     let s = ctx.scratch;
     let start = per
         .checked_mul(ctx.ith)
@@ -202,6 +207,12 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         }
     };
 
+    // F16 K: where there is an f16 x f32 kernel, q is rounded to f16 (as in
+    // ggml) but stored as f32, so it is not widened again for every key.
+    let (tile, q_type, round_q) = match (kt, tile_f32_fn(kt, ctx.isa)) {
+        (DType::F16, Some(t)) => (Some(t), DType::F32, true),
+        _ => (tile_fn(kt, ctx.isa), kt, false),
+    };
     let group = Group {
         q,
         k,
@@ -209,7 +220,9 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         mask,
         dst: ctx.dst,
         dot,
-        tile: tile_fn(kt, ctx.isa),
+        tile,
+        q_type,
+        round_q,
         vacc,
         exp: exp_fn(ctx.isa),
         f16_row: f16_row_fn(ctx.isa),
@@ -264,4 +277,3 @@ impl Alibi {
         }
     }
 }
-

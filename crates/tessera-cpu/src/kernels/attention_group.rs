@@ -12,11 +12,11 @@
 use tessera::{Error, Result};
 
 use super::TensorRef;
-use crate::isa::Isa;
 use super::act_quant::convert_strided;
 use super::attention::{Alibi, GROUP_ROWS, KV_BLOCK};
 use super::attention_vec::{ExpFn, F16RowFn, VaccFn};
 use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+use crate::isa::Isa;
 
 /// A thread's scratch, cut into per-row parts.
 pub(crate) struct GroupBufs<'s> {
@@ -38,6 +38,10 @@ pub(crate) struct Group {
     pub dst: TensorRef,
     pub dot: DotFn,
     pub tile: Option<TileFn>,
+    /// The type the queries are converted to for `tile` (or `dot`).
+    pub q_type: tessera::DType,
+    /// Round the (f32) queries to f16 values (F16 K scored in f32).
+    pub round_q: bool,
     pub vacc: VaccFn,
     pub exp: ExpFn,
     pub f16_row: F16RowFn,
@@ -79,8 +83,8 @@ impl Group {
         let ik3 = iq3 / (self.q.ne(3) / self.k.ne(3));
         let dv = self.v.ne(0);
         let ng = rows.len().min(GROUP_ROWS);
-        let kt = self.k.layout.dtype;
-        let q_len = kt.row_size(dk)?;
+        let qt = self.q_type;
+        let q_len = qt.row_size(dk)?;
         if ng == 0 {
             return Ok(());
         }
@@ -103,16 +107,23 @@ impl Group {
         }; GROUP_ROWS];
         for (g, r) in rows.take(ng).enumerate() {
             let (iq1, iq2) = (r / rk2, ik2 * rk2 + r % rk2);
-            let out = b
-                .q
-                .get_mut(g * b.q_stride..g * b.q_stride + q_len)
-                .ok_or_else(scratch_error)?;
+            let out =
+                b.q.get_mut(g * b.q_stride..g * b.q_stride + q_len)
+                    .ok_or_else(scratch_error)?;
             if dk > 0 {
                 // SAFETY: iq1 < n_q and iq2 < n_head (r < n_q * rk2, ik2 <
                 // n_kv_head), iq3 < ne3: the row holds dk f32 at stride nb0.
                 unsafe {
                     let qr = self.q.row(iq1, iq2, iq3);
-                    convert_strided(self.isa, kt, qr, self.q.nb(0), dk, out)?;
+                    convert_strided(self.isa, qt, qr, self.q.nb(0), dk, out)?;
+                }
+            }
+            if self.round_q {
+                // F16 K with an f16 x f32 kernel: q rounded to f16 as ggml
+                // does, kept in f32 (exact) so it is not widened per call.
+                for v in out.chunks_exact_mut(4) {
+                    let x = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+                    v.copy_from_slice(&half::f16::from_f32(x).to_f32().to_le_bytes());
                 }
             }
             let mask = self.mask.filter(|_| n_kv > 0).map(|m| {
@@ -148,14 +159,17 @@ impl Group {
                     mv.iter_mut().for_each(|x| *x *= row.slope);
                 }
             }
-            for j in 0..c1 - c0 {
-                let masked = st.iter().enumerate().all(|(g, row)| {
-                    row.mask.is_some() && mvals[g][j] == f32::NEG_INFINITY
-                });
-                if !masked {
-                    live[n_live] = j as u16;
-                    n_live += 1;
+            let mut dead = [st.iter().all(|row| row.mask.is_some()); KV_BLOCK];
+            for (g, row) in st.iter().enumerate() {
+                if row.mask.is_some() {
+                    for (d, &mv) in dead.iter_mut().zip(&mvals[g][..c1 - c0]) {
+                        *d &= mv == f32::NEG_INFINITY;
+                    }
                 }
+            }
+            for (j, _) in dead[..c1 - c0].iter().enumerate().filter(|(_, d)| !**d) {
+                live[n_live] = j as u16;
+                n_live += 1;
             }
             if n_live == 0 {
                 continue;
@@ -200,27 +214,42 @@ impl Group {
             // Scale, softcap, mask; then the online-softmax update per row.
             for (g, row) in st.iter_mut().enumerate() {
                 let sc = &mut b.scores[g * KV_BLOCK..g * KV_BLOCK + n_live];
-                let mut bmax = f32::NEG_INFINITY;
-                let mut any = false;
-                for (l, s) in sc.iter_mut().enumerate() {
-                    let mv = if row.mask.is_some() {
-                        mvals[g][usize::from(live[l])]
+                // The live keys' mask values, in order.
+                let mut mv = [0f32; KV_BLOCK];
+                if row.mask.is_some() {
+                    if n_live == c1 - c0 {
+                        mv[..n_live].copy_from_slice(&mvals[g][..n_live]);
                     } else {
-                        0.0
-                    };
-                    if mv == f32::NEG_INFINITY {
-                        *s = f32::NEG_INFINITY;
-                        continue;
+                        for (d, &l) in mv.iter_mut().zip(&live[..n_live]) {
+                            *d = mvals[g][usize::from(l)];
+                        }
                     }
-                    let mut x = *s * self.scale;
-                    if self.softcap != 0.0 {
-                        x = self.softcap * x.tanh();
-                    }
-                    x += mv;
-                    *s = x;
-                    any |= x != f32::NEG_INFINITY;
-                    bmax = bmax.max(x);
                 }
+                let mv = &mv[..n_live];
+                if self.softcap != 0.0 {
+                    for (s, &m) in sc.iter_mut().zip(mv) {
+                        *s = self.softcap * (*s * self.scale).tanh() + m;
+                    }
+                } else {
+                    for (s, &m) in sc.iter_mut().zip(mv) {
+                        *s = *s * self.scale + m;
+                    }
+                }
+                // A masked key weighs 0 whatever its score (NaN, +inf).
+                for (s, &m) in sc.iter_mut().zip(mv) {
+                    if m == f32::NEG_INFINITY {
+                        *s = f32::NEG_INFINITY;
+                    }
+                }
+                // The block maximum ignoring NaNs, in independent lanes.
+                let mut lanes = [f32::NEG_INFINITY; 8];
+                for ch in sc.chunks(8) {
+                    for (l, &x) in lanes.iter_mut().zip(ch) {
+                        *l = l.max(x);
+                    }
+                }
+                let bmax = lanes.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+                let any = bmax != f32::NEG_INFINITY || sc.iter().any(|x| x.is_nan());
                 if !any {
                     sc.fill(0.0);
                     continue;
@@ -243,10 +272,17 @@ impl Group {
                 if v_row > 0 {
                     // SAFETY: the key is < n_kv; (ik2, ik3) are in v's range
                     // (v has k's heads and batch); rows are contiguous.
-                    *vr = unsafe { std::slice::from_raw_parts(self.v.row(key(l), ik2, ik3), v_row) };
+                    *vr =
+                        unsafe { std::slice::from_raw_parts(self.v.row(key(l), ik2, ik3), v_row) };
                 }
             }
-            (self.vacc)(&mut b.acc[..ng * dv], dv, b.scores, KV_BLOCK, &vrows[..n_live]);
+            (self.vacc)(
+                &mut b.acc[..ng * dv],
+                dv,
+                b.scores,
+                KV_BLOCK,
+                &vrows[..n_live],
+            );
         }
 
         for (g, row) in st.iter().enumerate() {

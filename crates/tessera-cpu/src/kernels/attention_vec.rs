@@ -63,7 +63,7 @@ pub(crate) fn vacc_fn(v_type: DType, isa: Isa) -> Option<VaccFn> {
     #[cfg(target_arch = "x86_64")]
     {
         if isa == Isa::Avx2 && isa.available() {
-            return avx2::vacc_fn(v_type);
+            return super::attention_vec512::vacc_fn(v_type).or_else(|| avx2::vacc_fn(v_type));
         }
     }
     let _ = isa;
@@ -118,13 +118,13 @@ fn vacc_with(
     }
 }
 
-fn vacc_f32(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+pub(super) fn vacc_f32(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
     vacc_with(acc, dv, p, p_stride, v, 4, |r, i| {
         f32::from_le_bytes([r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]])
     });
 }
 
-fn vacc_f16(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+pub(super) fn vacc_f16(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
     let t = super::dot::f16_table();
     vacc_with(acc, dv, p, p_stride, v, 2, |r, i| {
         t[usize::from(u16::from_le_bytes([r[2 * i], r[2 * i + 1]]))]
@@ -164,7 +164,12 @@ mod avx2 {
         let mut sc = src.chunks_exact(16);
         for (d, s) in (&mut dc).zip(&mut sc) {
             // SAFETY: `s` holds 16 bytes and `d` 8 f32; unaligned load/store.
-            unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()))) };
+            unsafe {
+                _mm256_storeu_ps(
+                    d.as_mut_ptr(),
+                    _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast())),
+                )
+            };
         }
         super::f16_row_scalar(sc.remainder(), dc.into_remainder());
     }
@@ -221,13 +226,31 @@ mod avx2 {
     /// Elements `i..i + 8` of the row must be readable.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(row: *const u8, i: usize, f16: bool) -> __m256 {
+    unsafe fn load8<const F16: bool>(row: *const u8, i: usize) -> __m256 {
         // SAFETY: forwarded to the caller.
         unsafe {
-            if f16 {
+            if F16 {
                 _mm256_cvtph_ps(_mm_loadu_si128(row.add(2 * i).cast()))
             } else {
                 _mm256_loadu_ps(row.add(4 * i).cast())
+            }
+        }
+    }
+
+    /// One value of a V row, widened to f32.
+    ///
+    /// # Safety
+    /// Element `e` of the row must be readable.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load1<const F16: bool>(row: *const u8, e: usize) -> f32 {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            if F16 {
+                let h = row.add(2 * e).cast::<u16>().read_unaligned();
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+            } else {
+                row.add(4 * e).cast::<f32>().read_unaligned()
             }
         }
     }
@@ -248,54 +271,78 @@ mod avx2 {
         let mut g0 = 0;
         while g0 < rows {
             let ng = (rows - g0).min(G);
-            let mut i = 0;
-            // 16 values of up to four accumulators stay in registers over
-            // the whole block of keys.
-            while i + 16 <= dv {
-                let mut a = [[_mm256_setzero_ps(); 2]; G];
-                for (j, row) in v.iter().enumerate() {
-                    // SAFETY: elements i..i + 16 <= dv of the row.
-                    let (v0, v1) = unsafe { (load8(row.as_ptr(), i, f16), load8(row.as_ptr(), i + 8, f16)) };
-                    for (g, ag) in a.iter_mut().enumerate().take(ng) {
-                        // SAFETY: weight j of row g0 + g < rows.
-                        let pj = _mm256_set1_ps(unsafe { *p.add((g0 + g) * p_stride + j) });
-                        ag[0] = _mm256_fmadd_ps(pj, v0, ag[0]);
-                        ag[1] = _mm256_fmadd_ps(pj, v1, ag[1]);
-                    }
-                }
-                for (g, ag) in a.iter().enumerate().take(ng) {
-                    // SAFETY: values i..i + 16 <= dv of accumulator g0 + g.
-                    unsafe {
-                        let d = acc.add((g0 + g) * dv + i);
-                        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[0]));
-                        let d = d.add(8);
-                        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[1]));
-                    }
-                }
-                i += 16;
-            }
-            // The tail, one value at a time.
-            for e in i..dv {
-                for g in g0..g0 + ng {
-                    let mut s = 0f32;
-                    for (j, row) in v.iter().enumerate() {
-                        // SAFETY: element e < dv of the row, weight j of row g.
-                        unsafe {
-                            let x = if f16 {
-                                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
-                                    row.as_ptr().add(2 * e).cast::<u16>().read_unaligned(),
-                                ))))
-                            } else {
-                                row.as_ptr().add(4 * e).cast::<f32>().read_unaligned()
-                            };
-                            s += *p.add(g * p_stride + j) * x;
-                        }
-                    }
-                    // SAFETY: value e < dv of accumulator g < rows.
-                    unsafe { *acc.add(g * dv + e) += s };
+            // SAFETY: rows g0..g0 + ng < rows (the caller's guarantees).
+            unsafe {
+                let (a, pg) = (acc.add(g0 * dv), p.add(g0 * p_stride));
+                match (ng, f16) {
+                    (1, true) => vacc_rows::<1, true>(a, dv, pg, p_stride, v),
+                    (2, true) => vacc_rows::<2, true>(a, dv, pg, p_stride, v),
+                    (3, true) => vacc_rows::<3, true>(a, dv, pg, p_stride, v),
+                    (_, true) => vacc_rows::<4, true>(a, dv, pg, p_stride, v),
+                    (1, false) => vacc_rows::<1, false>(a, dv, pg, p_stride, v),
+                    (2, false) => vacc_rows::<2, false>(a, dv, pg, p_stride, v),
+                    (3, false) => vacc_rows::<3, false>(a, dv, pg, p_stride, v),
+                    (_, false) => vacc_rows::<4, false>(a, dv, pg, p_stride, v),
                 }
             }
             g0 += ng;
+        }
+    }
+
+    /// The V step for `NG` rows (accumulators at `acc`, weights at `p`).
+    ///
+    /// # Safety
+    /// As [`vacc_block`], for `NG` rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn vacc_rows<const NG: usize, const F16: bool>(
+        acc: *mut f32,
+        dv: usize,
+        p: *const f32,
+        p_stride: usize,
+        v: &[&[u8]],
+    ) {
+        let mut i = 0;
+        // 16 values of the NG accumulators stay in registers over the
+        // whole block of keys.
+        while i + 16 <= dv {
+            let mut a = [[_mm256_setzero_ps(); 2]; NG];
+            for (j, row) in v.iter().enumerate() {
+                // SAFETY: elements i..i + 16 <= dv of the row.
+                let (v0, v1) = unsafe {
+                    (
+                        load8::<F16>(row.as_ptr(), i),
+                        load8::<F16>(row.as_ptr(), i + 8),
+                    )
+                };
+                for (g, ag) in a.iter_mut().enumerate() {
+                    // SAFETY: weight j of row g < NG.
+                    let pj = _mm256_set1_ps(unsafe { *p.add(g * p_stride + j) });
+                    ag[0] = _mm256_fmadd_ps(pj, v0, ag[0]);
+                    ag[1] = _mm256_fmadd_ps(pj, v1, ag[1]);
+                }
+            }
+            for (g, ag) in a.iter().enumerate() {
+                // SAFETY: values i..i + 16 <= dv of accumulator g.
+                unsafe {
+                    let d = acc.add(g * dv + i);
+                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[0]));
+                    let d = d.add(8);
+                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), ag[1]));
+                }
+            }
+            i += 16;
+        }
+        // The tail, one value at a time.
+        for e in i..dv {
+            for g in 0..NG {
+                let mut s = 0f32;
+                for (j, row) in v.iter().enumerate() {
+                    // SAFETY: element e < dv of the row, weight j of row g.
+                    unsafe { s += *p.add(g * p_stride + j) * load1::<F16>(row.as_ptr(), e) };
+                }
+                // SAFETY: value e < dv of accumulator g.
+                unsafe { *acc.add(g * dv + e) += s };
+            }
         }
     }
 
@@ -312,7 +359,10 @@ mod avx2 {
             _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(0x3f31_7200)), x),
         );
         let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
-        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0))));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(
+            e,
+            _mm256_castps_si256(_mm256_set1_ps(1.0)),
+        ));
         let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
         let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
         let u = _mm256_mul_ps(b, b);
@@ -381,5 +431,140 @@ mod avx2 {
             total += *v;
         }
         total
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! Every implementation of each step against the portable one or an f64
+    //! reference, on odd sizes (vector tails) and special values.
+
+    use super::*;
+
+    /// Every V step usable here, by name.
+    fn vacc_impls(t: DType) -> Vec<(&'static str, VaccFn)> {
+        let mut v: Vec<(&'static str, VaccFn)> = Vec::new();
+        v.extend(vacc_fn(t, Isa::Scalar).map(|f| ("scalar", f)));
+        #[cfg(target_arch = "x86_64")]
+        v.extend(avx2::vacc_fn(t).map(|f| ("avx2", f)));
+        v.extend(super::super::attention_vec512::vacc_fn(t).map(|f| ("avx512", f)));
+        v
+    }
+
+    #[test]
+    fn v_steps_match_f64_on_odd_sizes() {
+        let mut seed = 1u32;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        for t in [DType::F32, DType::F16] {
+            for dv in [1usize, 7, 16, 40, 64, 130] {
+                for keys in [0usize, 1, 5, 37] {
+                    for rows in [1usize, 3, 4, 6] {
+                        let vals: Vec<Vec<f32>> = (0..keys)
+                            .map(|_| (0..dv).map(|_| rnd()).collect())
+                            .collect();
+                        let bytes: Vec<Vec<u8>> = vals
+                            .iter()
+                            .map(|r| match t {
+                                DType::F32 => r.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                                _ => r
+                                    .iter()
+                                    .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
+                                    .collect(),
+                            })
+                            .collect();
+                        let stride = keys + 3;
+                        let p: Vec<f32> = (0..rows * stride).map(|_| rnd() + 0.5).collect();
+                        let init: Vec<f32> = (0..rows * dv).map(|_| rnd()).collect();
+                        let v: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+                        for (name, f) in vacc_impls(t) {
+                            let mut acc = init.clone();
+                            f(&mut acc, dv, &p, stride, &v);
+                            for g in 0..rows {
+                                for i in 0..dv {
+                                    let mut want = f64::from(init[g * dv + i]);
+                                    let mut mag = want.abs();
+                                    for (j, row) in vals.iter().enumerate() {
+                                        let x = match t {
+                                            DType::F32 => row[i],
+                                            _ => half::f16::from_f32(row[i]).to_f32(),
+                                        };
+                                        let term = f64::from(p[g * stride + j]) * f64::from(x);
+                                        want += term;
+                                        mag += term.abs();
+                                    }
+                                    let got = f64::from(acc[g * dv + i]);
+                                    assert!(
+                                        (got - want).abs() <= 1e-6 * mag,
+                                        "{name} {t} dv={dv} keys={keys} rows={rows} [{g}][{i}]: {got} vs {want}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exp_steps_match_the_portable_one() {
+        let mut s: Vec<f32> = (0..203).map(|i| -(i as f32) * 0.73).collect();
+        s.extend([
+            f32::NEG_INFINITY,
+            0.0,
+            -87.0,
+            -103.0,
+            -150.0,
+            f32::NAN,
+            -1e-7,
+        ]);
+        for max in [0.0f32, 1.5, f32::INFINITY] {
+            let mut want = s.clone();
+            if max == f32::INFINITY {
+                want[3] = f32::INFINITY;
+            }
+            let input = want.clone();
+            let sw = exp_scalar(&mut want, max);
+            for isa in Isa::all_available() {
+                let mut got = input.clone();
+                let sg = exp_fn(isa)(&mut got, max);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    if w.is_nan() {
+                        assert!(g.is_nan(), "{isa:?} max={max} [{i}]");
+                    } else {
+                        // ggml's vector exp: within 2 ulp (and exact 0, 1).
+                        assert!(
+                            (g - w).abs() <= 2.5e-7 * w.abs() + f32::MIN_POSITIVE,
+                            "{isa:?} max={max} [{i}]: exp({}) = {g} vs {w}",
+                            input[i]
+                        );
+                    }
+                }
+                assert!(sw.is_nan() == sg.is_nan(), "{isa:?} sum");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_rows_match_the_portable_conversion() {
+        let src: Vec<u8> = (0..37u16)
+            .flat_map(|i| (i.wrapping_mul(2477) ^ 0x3c00).to_le_bytes())
+            .collect();
+        let mut want = vec![0f32; 37];
+        f16_row_scalar(&src, &mut want);
+        for isa in Isa::all_available() {
+            let mut got = vec![0f32; 37];
+            f16_row_fn(isa)(&src, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{isa:?}"
+                );
+            }
+        }
     }
 }

@@ -8,6 +8,12 @@
 //! need no `unsafe` in the portable path; the AVX2 paths live in
 //! [`super::dot_avx2`] and are only handed out after the CPU was checked.
 //!
+//! The SIMD paths also have *tiles* ([`TileFn`], [`tile_fn`]): several
+//! weight rows against several activation rows per call, which MUL_MAT and
+//! flash attention use instead of the one-row products (`gemv_avx2*`, and
+//! `gemv_avx512*` where the CPU has AVX-512 VNNI, unless
+//! `TESSERA_CPU_ISA=avx2`).
+//!
 //! Accumulation follows ggml: float rows accumulate in f32 (several lanes),
 //! quantized blocks accumulate exact integer sums per block, scaled in f32.
 
@@ -26,7 +32,7 @@ pub type DotFn = fn(x: &[u8], y: &[u8]) -> f32;
 /// Most weight rows one [`TileFn`] call takes.
 pub const TILE_ROWS: usize = 4;
 /// Most activation columns one [`TileFn`] call takes.
-pub const TILE_COLS: usize = 4;
+pub const TILE_COLS: usize = 8;
 
 /// A multi-row dot product: `out[c][r] = dot(xs[r], ys[c])` for every
 /// `r < xs.len()` and `c < ys.len()` (at most [`TILE_ROWS`] and
@@ -65,7 +71,7 @@ pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
 /// (callers fall back to [`dot_fn`] one row at a time).
 pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
     if isa == Isa::Avx2 && isa.available() {
-        return super::gemv_avx2::tile_fn(weights);
+        return super::gemv_avx512::tile_fn(weights).or_else(|| super::gemv_avx2::tile_fn(weights));
     }
     None
 }
@@ -76,9 +82,34 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
 /// them to the weights' type).
 pub fn tile_f32_fn(weights: DType, isa: Isa) -> Option<TileFn> {
     if isa == Isa::Avx2 && isa.available() {
-        return super::gemv_avx2::tile_f32_fn(weights);
+        return super::gemv_avx512::tile_f32_fn(weights)
+            .or_else(|| super::gemv_avx2::tile_f32_fn(weights));
     }
     None
+}
+
+/// Every multi-row dot product this CPU can run for `weights`, by name
+/// ("avx2", "avx512"), with activations in the dot type (`f32_act` false) or
+/// in f32 ([`tile_f32_fn`]): for tests that check each one.
+pub fn tile_kernels(weights: DType, f32_act: bool) -> Vec<(&'static str, TileFn)> {
+    let mut v = Vec::new();
+    if !Isa::Avx2.available() {
+        return v;
+    }
+    let (a2, a5) = if f32_act {
+        (
+            super::gemv_avx2::tile_f32_fn(weights),
+            super::gemv_avx512::tile_f32_fn(weights),
+        )
+    } else {
+        (
+            super::gemv_avx2::tile_fn(weights),
+            super::gemv_avx512::tile_fn(weights),
+        )
+    };
+    v.extend(a2.map(|f| ("avx2", f)));
+    v.extend(a5.map(|f| ("avx512", f)));
+    v
 }
 
 /// The portable dot product for `weights`.

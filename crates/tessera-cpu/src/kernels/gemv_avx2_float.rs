@@ -41,13 +41,15 @@ macro_rules! float_tile {
                         prefetch(x.wrapping_add(i * WX), 16 * WX);
                     }
                     for r in 0..R {
-                        // SAFETY: elements i..i + 16 < n of every row/column.
-                        let (x0, x1) =
-                            unsafe { ($lx(xs[r].add(i * WX)), $lx(xs[r].add((i + 8) * WX))) };
+                        // SAFETY: elements i..i + 16 < n of every row and column.
+                        let x0 = unsafe { $lx(xs[r].add(i * WX)) };
+                        // SAFETY: as above.
+                        let x1 = unsafe { $lx(xs[r].add((i + 8) * WX)) };
                         for c in 0..C {
                             // SAFETY: as above.
-                            let (y0, y1) =
-                                unsafe { ($ly(ys[c].add(i * WY)), $ly(ys[c].add((i + 8) * WY))) };
+                            let y0 = unsafe { $ly(ys[c].add(i * WY)) };
+                            // SAFETY: as above.
+                            let y1 = unsafe { $ly(ys[c].add((i + 8) * WY)) };
                             acc[c][r] = _mm256_fmadd_ps(x0, y0, acc[c][r]);
                             acc2[c][r] = _mm256_fmadd_ps(x1, y1, acc2[c][r]);
                         }

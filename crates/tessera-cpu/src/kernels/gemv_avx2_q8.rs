@@ -38,14 +38,23 @@ const PREFETCH: usize = 1536;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
-    static PF: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let pf = *PF.get_or_init(|| std::env::var("TPF").ok().and_then(|v| v.parse().ok()).unwrap_or(PREFETCH));
     let mut o = 0;
-    if pf == 0 {
-        return;
-    }
     while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(pf + o).cast());
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + o).cast());
+        o += 64;
+    }
+}
+
+/// [`prefetch`], plus the same bytes four times further ahead into L2: for
+/// the one-stream-per-thread K-quant kernels, which otherwise keep too few
+/// DRAM reads in flight (measured: +5 % from DRAM, nothing lost from L3).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn prefetch_far(p: *const u8, len: usize) {
+    prefetch(p, len);
+    let mut o = 0;
+    while o < len {
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(4 * PREFETCH + o).cast());
         o += 64;
     }
 }
@@ -56,10 +65,19 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
 /// Two bytes at `p + i * stride` must be readable for `i < 8`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
+pub(crate) unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
     // SAFETY: forwarded to the caller.
     let h = |i: usize| unsafe { p.add(i * stride).cast::<i16>().read_unaligned() };
-    _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+    _mm256_cvtph_ps(_mm_setr_epi16(
+        h(0),
+        h(1),
+        h(2),
+        h(3),
+        h(4),
+        h(5),
+        h(6),
+        h(7),
+    ))
 }
 
 /// `ds[c][r][i] = dx[r][i] * dy[c][i]` for the eight blocks at `b`.
@@ -140,7 +158,10 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
             for c in 0..C {
                 // SAFETY: quants of blocks b0, b1 < nb: 32 bytes at 2.
                 unsafe {
-                    let (p0, p1) = (ys[c].add(b0 * Q8_0_BYTES + 2), ys[c].add(b1 * Q8_0_BYTES + 2));
+                    let (p0, p1) = (
+                        ys[c].add(b0 * Q8_0_BYTES + 2),
+                        ys[c].add(b1 * Q8_0_BYTES + 2),
+                    );
                     ylo[c] = load2(p0, p1);
                     yhi[c] = load2(p0.add(16), p1.add(16));
                 }
@@ -153,7 +174,10 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
             for r in 0..R {
                 // SAFETY: the 16 quant bytes of blocks b0, b1 < nb, at 2.
                 let q = unsafe {
-                    load2(xs[r].add(b0 * Q4_0_BYTES + 2), xs[r].add(b1 * Q4_0_BYTES + 2))
+                    load2(
+                        xs[r].add(b0 * Q4_0_BYTES + 2),
+                        xs[r].add(b1 * Q4_0_BYTES + 2),
+                    )
                 };
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
@@ -265,7 +289,10 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
             for r in 0..R {
                 // SAFETY: blocks b0, b1 < nb of row r.
                 let (x0, x1) = unsafe {
-                    (widen(xs[r].add(b0 * Q8_0_BYTES + 2)), widen(xs[r].add(b1 * Q8_0_BYTES + 2)))
+                    (
+                        widen(xs[r].add(b0 * Q8_0_BYTES + 2)),
+                        widen(xs[r].add(b1 * Q8_0_BYTES + 2)),
+                    )
                 };
                 for c in 0..C {
                     let s0 = _mm256_add_epi32(

@@ -1,19 +1,28 @@
 //! MUL_MAT: `dst[i, j, i12, i13] = sum_l a[l, i, i12 / r2, i13 / r3] * b[l, j, i12, i13]`
 //! for every weight type of [`tessera::MUL_MAT_WEIGHT_TYPES`], with ggml's
 //! algorithm and broadcasting rules (`r2 = ne12 / ne02`, `r3 = ne13 / ne03`).
+//! This is the path for few columns (token generation, small batches); many
+//! columns go to the packed GEMM (`gemm.rs`, dispatched at the top of
+//! [`mul_mat`]).
 //!
 //! Two phases, separated by one barrier:
-//! 1. **Convert `b`**: the f32 activations are converted to the weights' dot
-//!    type ([`vec_dot_type`]: F16, BF16, Q8_0, Q8K, or F32 when `b`'s rows are
+//! 1. **Convert `b`**: the f32 activations are converted to the type the dot
+//!    products read ([`vec_dot_type`]: F16, BF16, Q8_0, Q8K; f32 for F16/BF16
+//!    weights on the SIMD paths, see [`tile_f32_fn`]; f32 when `b`'s rows are
 //!    not contiguous) into `scratch`, the threads sharing the (row, group)
-//!    units. F32 weights with contiguous `b` rows read `b` in place.
+//!    units (AVX2 conversion, bit-identical to the portable one). F32
+//!    activations with contiguous rows are read in place.
 //! 2. **Multiply**: the output is cut into chunks over `m` (rows of `a`) and
-//!    `n * ne12 * ne13` (columns of `b`), as ggml does (16x16 chunks, or one
-//!    chunk per thread along the larger side when there are few); threads take
-//!    chunks from a shared counter in `scratch`, so a thread slowed by the OS
+//!    `n * ne12 * ne13` (columns of `b`), as ggml does (16x16 chunks, or 64
+//!    rows when there is one column); threads take chunks from a shared
+//!    counter in `scratch` (its own cache line), so a thread slowed by the OS
 //!    does not hold the others back. Inside a chunk, a [`BLOCK_M`] x
-//!    [`BLOCK_N`] tile loop calls the per-type row dot product chosen by
-//!    `ctx.isa`: the place where multi-row SIMD micro-kernels will go.
+//!    [`BLOCK_N`] tile is computed by the multi-row kernels of the ISA
+//!    ([`TileFn`]: up to [`TILE_ROWS`] weight rows by [`TILE_COLS`] columns
+//!    per call, `gemv_avx2*` / `gemv_avx512*`), or by the one-row dot product
+//!    ([`DotFn`]) on the portable path. With several columns, `k` is cut into
+//!    slices (see `Plan::tile`) so that the rows and columns of a slice are
+//!    reused from L1.
 //!
 //! The kernel validates every layout it is given (the node may come from a
 //! deserialised graph), and never panics; a failed validation is reported by
@@ -25,9 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Op, Result};
 
 use super::act_quant::{GROUP, convert_strided};
-use super::dot::{
-    DotFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, tile_f32_fn, tile_fn, vec_dot_type,
-};
+use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, tile_f32_fn, tile_fn, vec_dot_type};
 use super::{NodeCtx, TensorRef};
 
 /// Bytes at the start of the scratch holding the shared chunk counter (a
@@ -39,12 +46,11 @@ const BLOCK_M: usize = 16;
 const BLOCK_N: usize = 16;
 
 /// Values of `k` per slice when several columns share the weight rows (a
-/// multiple of every block size): a slice of [`BLOCK_N`] columns of the dot
-/// type and of [`TILE_ROWS`] weight rows stays in L1.
-fn k_block(dot_type: DType) -> usize {
-    match dot_type {
-        DType::F32 => 512,
-        DType::F16 | DType::BF16 => 1024,
+/// multiple of every block size): the slices of [`TILE_ROWS`] weight rows and
+/// of up to 8 columns of `act` type stay in L1 (measured at n = 8).
+fn k_block(act: DType) -> usize {
+    match act {
+        DType::F32 | DType::F16 | DType::BF16 => 1024,
         _ => 2048,
     }
 }
@@ -365,10 +371,11 @@ impl<'s> Plan<'s> {
     ///
     /// With a multi-row kernel ([`TileFn`]), rows go [`TILE_ROWS`] and columns
     /// [`TILE_COLS`] at a time. With several columns, `k` is cut into
-    /// [`k_block`] slices so that a slice of every column and of the rows
+    /// [`k_block`] slices so that a slice of the rows and of every column
     /// stays in L1 while all of its (rows, columns) pairs are computed; the
-    /// slices' partial sums are added in order. One column reads whole rows
-    /// (one stream per row, nothing to reuse).
+    /// slices' partial sums are added in order. The rows are the outer loop,
+    /// so each weight row is still read from memory as one sequential
+    /// stream. One column reads whole rows (nothing to reuse).
     #[inline]
     fn tile(
         &self,
@@ -380,7 +387,8 @@ impl<'s> Plan<'s> {
         let nb01 = self.a.nb(1);
         // SAFETY: the caller passes rows below ne01 of a matrix of `a`; each
         // row is `a_row` contiguous bytes.
-        let row_at = |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+        let row_at =
+            |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
         let Some(tile) = self.tile else {
             for (r, row) in rows.enumerate() {
                 let x = row_at(row);
@@ -400,19 +408,15 @@ impl<'s> Plan<'s> {
         let bytes = |t: DType, v: usize| v / t.block_size() * t.type_size();
         out.iter_mut().for_each(|col| col.fill(0.0));
         let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
-        let mut k0 = 0;
-        while k0 < k.max(1) {
-            let k1 = (k0 + kb).min(k);
-            let (x0, x1) = (bytes(wt, k0), bytes(wt, k1));
-            let (y0, y1) = (bytes(dt, k0), bytes(dt, k1));
-            let mut yk: [&[u8]; BLOCK_N] = [&[]; BLOCK_N];
-            for (d, y) in yk.iter_mut().zip(ys) {
-                *d = y.get(y0..y1).unwrap_or(&[]);
-            }
-            let yk = &yk[..ys.len()];
-            let mut r0 = rows.start;
-            while r0 < rows.end {
-                let nr = (rows.end - r0).min(TILE_ROWS);
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let nr = (rows.end - r0).min(TILE_ROWS);
+            let o0 = r0 - rows.start;
+            let mut k0 = 0;
+            loop {
+                let k1 = (k0 + kb).min(k);
+                let (x0, x1) = (bytes(wt, k0), bytes(wt, k1));
+                let (y0, y1) = (bytes(dt, k0), bytes(dt, k1));
                 let xs: [&[u8]; TILE_ROWS] = std::array::from_fn(|i| {
                     if i < nr {
                         row_at(r0 + i).get(x0..x1).unwrap_or(&[])
@@ -420,7 +424,11 @@ impl<'s> Plan<'s> {
                         &[]
                     }
                 });
-                let o0 = r0 - rows.start;
+                let mut yk: [&[u8]; BLOCK_N] = [&[]; BLOCK_N];
+                for (d, y) in yk.iter_mut().zip(ys) {
+                    *d = y.get(y0..y1).unwrap_or(&[]);
+                }
+                let yk = &yk[..ys.len()];
                 for (yc, oc) in yk.chunks(TILE_COLS).zip(out.chunks_mut(TILE_COLS)) {
                     tile(&xs[..nr], yc, &mut res);
                     for (o, r) in oc.iter_mut().zip(&res) {
@@ -429,12 +437,12 @@ impl<'s> Plan<'s> {
                         }
                     }
                 }
-                r0 += nr;
+                if k1 >= k {
+                    break;
+                }
+                k0 = k1;
             }
-            if k1 == k {
-                break;
-            }
-            k0 = k1;
+            r0 += nr;
         }
     }
 

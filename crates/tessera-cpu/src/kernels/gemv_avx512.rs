@@ -1,0 +1,394 @@
+//! AVX-512 tile kernels (F/BW/VL/VNNI) for MUL_MAT with few columns and the
+//! scores of flash attention: the same contract as [`super::gemv_avx2`]
+//! (see [`super::dot::TileFn`]), on 16-lane registers, with `vpdpbusd`
+//! doing the 8-bit products and their sums in one instruction.
+//!
+//! Why: where the CPU has AVX-512, ggml uses it, and the AVX2 kernels are
+//! port-bound below it for F16 weights with several columns and for Q8_0.
+//! These kernels are used on the AVX2 ISA path when the CPU also has
+//! AVX-512F/BW/VL/VNNI, unless `TESSERA_CPU_ISA=avx2` asks for the plain
+//! AVX2 kernels (the same convention as the packed GEMM's AVX-512 kernels).
+//!
+//! - Floats (F32, F16 x F32, BF16 x F32, F16 x F16, BF16 x BF16): `R x C`
+//!   accumulators of 16 lanes; the last `n % 16` values use masked loads.
+//! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`].
+//!
+//! The horizontal sums of the accumulators go sixteen at a time through a
+//! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
+
+use std::sync::OnceLock;
+
+use tessera::DType;
+
+use super::dot::{TILE_COLS, TILE_ROWS, TileFn};
+use crate::isa::Isa;
+
+/// Can the AVX-512 kernels run here (and are they not switched off)?
+pub fn usable() -> bool {
+    static USABLE: OnceLock<bool> = OnceLock::new();
+    *USABLE.get_or_init(|| {
+        Isa::Avx2.available()
+            && imp::detected()
+            && std::env::var("TESSERA_CPU_ISA").ok().as_deref() != Some("avx2")
+    })
+}
+
+/// The AVX-512 tile kernel for `weights` (activations in its dot type).
+pub fn tile_fn(weights: DType) -> Option<TileFn> {
+    if !usable() {
+        return None;
+    }
+    imp::tile_fn(weights)
+}
+
+/// The AVX-512 tile kernel for `weights` with f32 activations (F16, BF16).
+pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
+    if !usable() {
+        return None;
+    }
+    imp::tile_f32_fn(weights)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use super::*;
+
+    pub fn detected() -> bool {
+        false
+    }
+    pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+    pub fn tile_f32_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod imp {
+    use std::arch::x86_64::*;
+
+    use super::*;
+    use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
+    use crate::kernels::gemv_avx2_q8::prefetch;
+    use crate::kernels::gemv_avx512_q8::{q4_0_tile, q8_0_tile};
+
+    pub fn detected() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+
+    pub fn tile_fn(weights: DType) -> Option<TileFn> {
+        Some(match weights {
+            DType::F32 => f32_safe,
+            DType::F16 => f16_safe,
+            DType::BF16 => bf16_safe,
+            DType::Q8_0 => q8_0_safe,
+            DType::Q4_0 => q4_0_safe,
+            _ => return None,
+        })
+    }
+
+    pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
+        Some(match weights {
+            DType::F16 => f16_f32_safe,
+            DType::BF16 => bf16_f32_safe,
+            _ => return None,
+        })
+    }
+
+    /// Calls `$kernel::<R, C>` for the shape of `$xs` x `$ys` on `$n` units
+    /// and stores the results in rows `$off..` of `$out`.
+    macro_rules! dispatch {
+        ($kernel:ident, $xs:expr, $ys:expr, $out:expr, $off:expr, $n:expr) => {{
+            macro_rules! call {
+                ($r:literal, $c:literal) => {{
+                    let xp: [*const u8; $r] = std::array::from_fn(|i| $xs[i].as_ptr());
+                    let yp: [*const u8; $c] = std::array::from_fn(|i| $ys[i].as_ptr());
+                    // SAFETY: the wrapper checked that every row holds `$n`
+                    // units; `usable` checked the CPU features.
+                    let res = unsafe { $kernel::<$r, $c>(xp, yp, $n) };
+                    for (o, r) in $out.iter_mut().zip(res.iter()) {
+                        if let Some(o) = o.get_mut($off..$off + $r) {
+                            o.copy_from_slice(r);
+                        }
+                    }
+                }};
+            }
+            match ($xs.len(), $ys.len()) {
+                (1, 1) => call!(1, 1),
+                (2, 1) => call!(2, 1),
+                (3, 1) => call!(3, 1),
+                (4, 1) => call!(4, 1),
+                (1, 2) => call!(1, 2),
+                (2, 2) => call!(2, 2),
+                (3, 2) => call!(3, 2),
+                (4, 2) => call!(4, 2),
+                (1, 3) => call!(1, 3),
+                (2, 3) => call!(2, 3),
+                (3, 3) => call!(3, 3),
+                (4, 3) => call!(4, 3),
+                (1, 4) => call!(1, 4),
+                (2, 4) => call!(2, 4),
+                (3, 4) => call!(3, 4),
+                (4, 4) => call!(4, 4),
+                (1, 5) => call!(1, 5),
+                (2, 5) => call!(2, 5),
+                (1, 6) => call!(1, 6),
+                (2, 6) => call!(2, 6),
+                (1, 7) => call!(1, 7),
+                (2, 7) => call!(2, 7),
+                (1, 8) => call!(1, 8),
+                (2, 8) => call!(2, 8),
+                _ => {}
+            }
+        }};
+    }
+
+    /// The safe wrapper `$safe` of `$kernel` (units of `$xu` / `$yu` bytes),
+    /// called on at most `$rn` rows by `$cn` columns, or `$rw` by `$cw` when
+    /// there are more than `$cn` columns.
+    macro_rules! safe_tile {
+        ($safe:ident, $kernel:ident, $xu:expr, $yu:expr, $rn:expr, $cn:expr, $rw:expr, $cw:expr) => {
+            fn $safe(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
+                let xs = &xs[..xs.len().min(TILE_ROWS)];
+                let ys = &ys[..ys.len().min(TILE_COLS)];
+                let n = xs
+                    .iter()
+                    .map(|x| x.len() / $xu)
+                    .chain(ys.iter().map(|y| y.len() / $yu))
+                    .min()
+                    .unwrap_or(0);
+                let (rmax, cmax) = if ys.len() > $cn {
+                    ($rw, $cw)
+                } else {
+                    ($rn, $cn)
+                };
+                for (ci, yc) in ys.chunks(cmax).enumerate() {
+                    let o = &mut out[ci * cmax..];
+                    for (ri, xc) in xs.chunks(rmax).enumerate() {
+                        dispatch!($kernel, xc, yc, o, ri * rmax, n);
+                    }
+                }
+            }
+        };
+    }
+    safe_tile!(f32_safe, f32_tile, 4, 4, 4, 4, 2, 8);
+    safe_tile!(f16_safe, f16_tile, 2, 2, 4, 4, 2, 8);
+    safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 4, 2, 8);
+    safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 4, 2, 8);
+    safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 4, 2, 8);
+    safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 2, 4, 2);
+    safe_tile!(q4_0_safe, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4, 2, 4, 2);
+
+    /// The sum of the lanes of every accumulator (sixteen at a time through
+    /// a transposing add tree when there are several: 45 instructions for
+    /// sixteen sums instead of about 150).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn sums<const R: usize, const C: usize>(acc: &[[__m512; R]; C]) -> [[f32; R]; C] {
+        let mut out = [[0f32; R]; C];
+        if R * C < 4 {
+            for (o, a) in out.iter_mut().zip(acc) {
+                for (o, a) in o.iter_mut().zip(a) {
+                    *o = _mm512_reduce_add_ps(*a);
+                }
+            }
+            return out;
+        }
+        let mut i = 0;
+        while i < R * C {
+            let v: [__m512; 16] = std::array::from_fn(|k| {
+                let j = i + k;
+                if j < R * C {
+                    acc[j / R][j % R]
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
+            let s = sum16(&v);
+            for (k, &x) in s.iter().enumerate() {
+                let j = i + k;
+                if j < R * C {
+                    out[j / R][j % R] = x;
+                }
+            }
+            i += 16;
+        }
+        out
+    }
+
+    /// The sums of sixteen vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn sum16(v: &[__m512; 16]) -> [f32; 16] {
+        // t[k]: 8 partial sums of v[2k], then 8 of v[2k + 1].
+        let t: [__m512; 8] = std::array::from_fn(|k| {
+            let (a, b) = (v[2 * k], v[2 * k + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xee>(a, b),
+            )
+        });
+        // u[k]: quarter i holds 4 partial sums of v[4k + i].
+        let u: [__m512; 4] = std::array::from_fn(|k| {
+            let (a, b) = (t[2 * k], t[2 * k + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xdd>(a, b),
+            )
+        });
+        // w[m]: quarter i holds 2 partial sums of v[8m + i], then of v[8m + 4 + i].
+        let w: [__m512; 2] = std::array::from_fn(|m| {
+            let (a, b) = (u[2 * m], u[2 * m + 1]);
+            _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+        });
+        // Quarter i: the sums of v[i], v[4 + i], v[8 + i], v[12 + i].
+        let (a, b) = (_mm512_castps_pd(w[0]), _mm512_castps_pd(w[1]));
+        let x = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+        );
+        let mut lanes = [0f32; 16];
+        // SAFETY: `lanes` holds 16 f32.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), x) };
+        // Lane 4i + k holds the sum of v[4k + i].
+        std::array::from_fn(|j| lanes[4 * (j % 4) + j / 4])
+    }
+
+    /// Sixteen values at `p` as f32, of which the first `m` (mask) are read.
+    macro_rules! loaders {
+        ($full:ident, $masked:ident, |$p:ident| $f:expr, |$q:ident, $k:ident| $g:expr) => {
+            /// # Safety
+            /// The sixteen values at `p` must be readable.
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn $full($p: *const u8) -> __m512 {
+                // SAFETY: forwarded to the caller.
+                unsafe { $f }
+            }
+            /// # Safety
+            /// The values at `p` selected by `k` must be readable (masked-out
+            /// lanes are not accessed).
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn $masked($q: *const u8, $k: __mmask16) -> __m512 {
+                // SAFETY: forwarded to the caller; masked loads do not touch
+                // the other lanes.
+                unsafe { $g }
+            }
+        };
+    }
+    loaders!(ld_f32, ldm_f32, |p| _mm512_loadu_ps(p.cast()), |p, k| {
+        _mm512_maskz_loadu_ps(k, p.cast())
+    });
+    loaders!(
+        ld_f16,
+        ldm_f16,
+        |p| _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+        |p, k| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p.cast()))
+    );
+    loaders!(
+        ld_bf16,
+        ldm_bf16,
+        |p| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+            _mm256_loadu_si256(p.cast())
+        ))),
+        |p, k| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+            _mm256_maskz_loadu_epi16(k, p.cast())
+        )))
+    );
+
+    /// Defines float tile `$name`: weights of `$wx` bytes loaded by `$lx` /
+    /// `$lxm`, activations of `$wy` bytes by `$ly` / `$lym`.
+    macro_rules! float_tile {
+        ($name:ident, $wx:expr, $lx:ident, $lxm:ident, $wy:expr, $ly:ident, $lym:ident) => {
+            /// # Safety
+            /// Every row and column must hold `n` elements; the CPU must have
+            /// AVX-512F/BW/VL/VNNI, AVX2, FMA and F16C.
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn $name<const R: usize, const C: usize>(
+                xs: [*const u8; R],
+                ys: [*const u8; C],
+                n: usize,
+            ) -> [[f32; R]; C] {
+                const WX: usize = $wx;
+                const WY: usize = $wy;
+                let mut acc = [[_mm512_setzero_ps(); R]; C];
+                let mut i = 0;
+                // Two steps per iteration when there are few chains.
+                if R * C <= 4 {
+                    let mut acc2 = [[_mm512_setzero_ps(); R]; C];
+                    while i + 32 <= n {
+                        for x in xs {
+                            prefetch(x.wrapping_add(i * WX), 32 * WX);
+                        }
+                        for r in 0..R {
+                            // SAFETY: elements i..i + 32 < n of every row and column.
+                            let x0 = unsafe { $lx(xs[r].add(i * WX)) };
+                            // SAFETY: as above.
+                            let x1 = unsafe { $lx(xs[r].add((i + 16) * WX)) };
+                            for c in 0..C {
+                                // SAFETY: as above.
+                                let y0 = unsafe { $ly(ys[c].add(i * WY)) };
+                                // SAFETY: as above.
+                                let y1 = unsafe { $ly(ys[c].add((i + 16) * WY)) };
+                                acc[c][r] = _mm512_fmadd_ps(x0, y0, acc[c][r]);
+                                acc2[c][r] = _mm512_fmadd_ps(x1, y1, acc2[c][r]);
+                            }
+                        }
+                        i += 32;
+                    }
+                    for (a, b) in acc.iter_mut().zip(&acc2) {
+                        for (a, b) in a.iter_mut().zip(b) {
+                            *a = _mm512_add_ps(*a, *b);
+                        }
+                    }
+                }
+                while i + 16 <= n {
+                    if (i * WX) % 64 == 0 {
+                        for x in xs {
+                            prefetch(x.wrapping_add(i * WX), 1);
+                        }
+                    }
+                    let mut y = [_mm512_setzero_ps(); C];
+                    for c in 0..C {
+                        // SAFETY: elements i..i + 16 <= n.
+                        y[c] = unsafe { $ly(ys[c].add(i * WY)) };
+                    }
+                    for r in 0..R {
+                        // SAFETY: elements i..i + 16 <= n.
+                        let x = unsafe { $lx(xs[r].add(i * WX)) };
+                        for c in 0..C {
+                            acc[c][r] = _mm512_fmadd_ps(x, y[c], acc[c][r]);
+                        }
+                    }
+                    i += 16;
+                }
+                if i < n {
+                    let k: __mmask16 = (1u16 << (n - i)) - 1;
+                    let mut y = [_mm512_setzero_ps(); C];
+                    for c in 0..C {
+                        // SAFETY: elements i..n of the column (masked).
+                        y[c] = unsafe { $lym(ys[c].add(i * WY), k) };
+                    }
+                    for r in 0..R {
+                        // SAFETY: elements i..n of the row (masked).
+                        let x = unsafe { $lxm(xs[r].add(i * WX), k) };
+                        for c in 0..C {
+                            acc[c][r] = _mm512_fmadd_ps(x, y[c], acc[c][r]);
+                        }
+                    }
+                }
+                sums(&acc)
+            }
+        };
+    }
+    float_tile!(f32_tile, 4, ld_f32, ldm_f32, 4, ld_f32, ldm_f32);
+    float_tile!(f16_tile, 2, ld_f16, ldm_f16, 2, ld_f16, ldm_f16);
+    float_tile!(bf16_tile, 2, ld_bf16, ldm_bf16, 2, ld_bf16, ldm_bf16);
+    float_tile!(f16_f32_tile, 2, ld_f16, ldm_f16, 4, ld_f32, ldm_f32);
+    float_tile!(bf16_f32_tile, 2, ld_bf16, ldm_bf16, 4, ld_f32, ldm_f32);
+}

@@ -1,0 +1,291 @@
+//! AVX-512 VNNI tile kernels for the weight types dotted with Q8_0
+//! activations, Q8_0 and Q4_0 (see [`super::gemv_avx512`] for when they run
+//! and [`super::gemv_avx2_q8`] for the AVX2 versions they mirror):
+//! - Q8_0 x Q8_0: two blocks per register; `|x|` times `y` with the sign of
+//!   `x` moved onto `y` (exact for every byte, as the AVX2 kernel);
+//! - Q4_0 x Q8_0: four blocks per register; unsigned nibbles in `vpdpbusd`,
+//!   the offset 8 removed with the activations' sums.
+//!
+//! The f16 scales of eight blocks are converted at once; integer block sums
+//! are exact.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
+use super::gemv_avx2_q8::{prefetch, scales8};
+use super::gemv_avx512::imp::sums;
+
+/// Blocks per scale gather.
+const SB: usize = 8;
+
+/// `ds[c][r] = dx[r] * dy[c]` for the eight blocks at `b`, as vectors.
+///
+/// # Safety
+/// Blocks `b..b + 8` of every row (`xb` bytes each) and column (Q8_0)
+/// exist; AVX-512 present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_scales<const R: usize, const C: usize>(
+    xs: &[*const u8; R],
+    ys: &[*const u8; C],
+    b: usize,
+    xb: usize,
+) -> [[__m512; R]; C] {
+    let mut ds = [[_mm512_setzero_ps(); R]; C];
+    let mut dy = [_mm256_setzero_ps(); C];
+    for c in 0..C {
+        // SAFETY: blocks b..b + 8 of column c.
+        dy[c] = unsafe { scales8(ys[c].add(b * Q8_0_BYTES), Q8_0_BYTES) };
+    }
+    for r in 0..R {
+        // SAFETY: blocks b..b + 8 of row r.
+        let dx = unsafe { scales8(xs[r].add(b * xb), xb) };
+        for c in 0..C {
+            ds[c][r] = _mm512_castps256_ps512(_mm256_mul_ps(dx, dy[c]));
+        }
+    }
+    ds
+}
+
+/// Q8_0 rows x Q8_0 columns, two blocks per register.
+///
+/// # Safety
+/// Every row and column must hold `nb` Q8_0 blocks; AVX-512F/BW/VL/VNNI,
+/// AVX2, FMA and F16C present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let mut acc = [[_mm512_setzero_ps(); R]; C];
+    // The quants of blocks b and b + 1, one per 256-bit half.
+    let pair = |p: *const u8| -> __m512i {
+        // SAFETY: the callers pass block b of a row with block b + 1 after it.
+        unsafe {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(p.add(2).cast())),
+                _mm256_loadu_si256(p.add(Q8_0_BYTES + 2).cast()),
+            )
+        }
+    };
+    let zero = _mm512_setzero_si512();
+    let mut b = 0;
+    while b + SB <= nb {
+        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
+        let ds = unsafe { block_scales(&xs, &ys, b, Q8_0_BYTES) };
+        for x in xs {
+            prefetch(x.wrapping_add(b * Q8_0_BYTES), SB * Q8_0_BYTES + 63);
+        }
+        for i in (0..SB).step_by(2) {
+            let idx = _mm512_setr_epi32(
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+                i as i32 + 1,
+            );
+            let mut y = [zero; C];
+            for c in 0..C {
+                // SAFETY: blocks b + i, b + i + 1 < nb of column c.
+                y[c] = pair(unsafe { ys[c].add((b + i) * Q8_0_BYTES) });
+            }
+            for r in 0..R {
+                // SAFETY: blocks b + i, b + i + 1 < nb of row r.
+                let x = pair(unsafe { xs[r].add((b + i) * Q8_0_BYTES) });
+                let ax = _mm512_abs_epi8(x);
+                let neg = _mm512_movepi8_mask(x);
+                for c in 0..C {
+                    // y with the sign of x (y is never -128).
+                    let sy = _mm512_mask_sub_epi8(y[c], neg, zero, y[c]);
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy));
+                    let d = _mm512_permutexvar_ps(idx, ds[c][r]);
+                    acc[c][r] = _mm512_fmadd_ps(s, d, acc[c][r]);
+                }
+            }
+        }
+        b += SB;
+    }
+    let mut out = sums(&acc);
+    // The last blocks, with the portable arithmetic of one block.
+    for b in b..nb {
+        for c in 0..C {
+            for r in 0..R {
+                // SAFETY: block b < nb of row r and column c.
+                unsafe {
+                    out[c][r] += block_dot_q8(xs[r].add(b * Q8_0_BYTES), ys[c].add(b * Q8_0_BYTES));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One Q8_0 x Q8_0 block product.
+///
+/// # Safety
+/// Both blocks must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_dot_q8(x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let qx = _mm256_loadu_si256(x.add(2).cast());
+        let qy = _mm256_loadu_si256(y.add(2).cast());
+        let s = _mm256_dpbusd_epi32(
+            _mm256_setzero_si256(),
+            _mm256_sign_epi8(qx, qx),
+            _mm256_sign_epi8(qy, qx),
+        );
+        let s = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)) as f32;
+        s * f16c_pair(x, y)
+    }
+}
+
+/// `f16 at x * f16 at y`.
+///
+/// # Safety
+/// Two bytes at `x` and at `y` must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn f16c_pair(x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded to the caller.
+    let (a, b) = unsafe {
+        (
+            x.cast::<u16>().read_unaligned(),
+            y.cast::<u16>().read_unaligned(),
+        )
+    };
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(a) | (i32::from(b) << 16)));
+    _mm_cvtss_f32(v) * _mm_cvtss_f32(_mm_movehdup_ps(v))
+}
+
+/// Q4_0 rows x Q8_0 columns, four blocks per register.
+///
+/// # Safety
+/// Every row must hold `nb` Q4_0 blocks and every column `nb` Q8_0
+/// blocks; AVX-512F/BW/VL/VNNI, AVX2, FMA and F16C present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let m4 = _mm512_set1_epi8(0xf);
+    let eight = _mm512_set1_epi8(8);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); R]; C];
+    // 16 bytes at `p + off` of four consecutive blocks of `bytes` each,
+    // one per 128-bit quarter.
+    let quad = |p: *const u8, bytes: usize, off: usize| -> __m512i {
+        // SAFETY: the callers pass block b of a row with blocks b + 1..b + 4
+        // after it; `off + 16` is inside a block.
+        unsafe {
+            let v = _mm512_castsi128_si512(_mm_loadu_si128(p.add(off).cast()));
+            let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(p.add(bytes + off).cast()));
+            let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(p.add(2 * bytes + off).cast()));
+            _mm512_inserti32x4::<3>(v, _mm_loadu_si128(p.add(3 * bytes + off).cast()))
+        }
+    };
+    let mut b = 0;
+    while b + SB <= nb {
+        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
+        let ds = unsafe { block_scales(&xs, &ys, b, Q4_0_BYTES) };
+        for x in xs {
+            prefetch(x.wrapping_add(b * Q4_0_BYTES), SB * Q4_0_BYTES + 63);
+        }
+        for i in (0..SB).step_by(4) {
+            let q = |j: i32| i as i32 + j;
+            let idx = _mm512_setr_epi32(
+                q(0),
+                q(0),
+                q(0),
+                q(0),
+                q(1),
+                q(1),
+                q(1),
+                q(1),
+                q(2),
+                q(2),
+                q(2),
+                q(2),
+                q(3),
+                q(3),
+                q(3),
+                q(3),
+            );
+            let mut ylo = [zero; C];
+            let mut yhi = [zero; C];
+            let mut yc = [zero; C];
+            for c in 0..C {
+                // SAFETY: blocks b + i..b + i + 4 <= nb of column c.
+                let p = unsafe { ys[c].add((b + i) * Q8_0_BYTES) };
+                ylo[c] = quad(p, Q8_0_BYTES, 2);
+                yhi[c] = quad(p, Q8_0_BYTES, 18);
+                // -8 * (sum of each 4 activations), the nibbles' offset.
+                let s8 =
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, ylo[c]), eight, yhi[c]);
+                yc[c] = _mm512_sub_epi32(zero, s8);
+            }
+            for r in 0..R {
+                // SAFETY: blocks b + i..b + i + 4 <= nb of row r.
+                let v = quad(unsafe { xs[r].add((b + i) * Q4_0_BYTES) }, Q4_0_BYTES, 2);
+                let lo = _mm512_and_si512(v, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                for c in 0..C {
+                    let s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(yc[c], lo, ylo[c]), hi, yhi[c]);
+                    let d = _mm512_permutexvar_ps(idx, ds[c][r]);
+                    acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c][r]);
+                }
+            }
+        }
+        b += SB;
+    }
+    let mut out = sums(&acc);
+    for b in b..nb {
+        for c in 0..C {
+            for r in 0..R {
+                // SAFETY: block b < nb of row r and column c.
+                unsafe {
+                    out[c][r] += block_dot_q4(xs[r].add(b * Q4_0_BYTES), ys[c].add(b * Q8_0_BYTES));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One Q4_0 x Q8_0 block product.
+///
+/// # Safety
+/// Both blocks must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_dot_q4(x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let q = _mm_loadu_si128(x.add(2).cast());
+        let xu = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+            _mm256_set1_epi8(0xf),
+        );
+        let qy = _mm256_loadu_si256(y.add(2).cast());
+        let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), xu, qy);
+        let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), qy);
+        let s = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_sub_epi32(s, c))) as f32;
+        s * f16c_pair(x, y)
+    }
+}
