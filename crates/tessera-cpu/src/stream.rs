@@ -72,6 +72,7 @@ impl CpuStream {
                     isa = match value.trim() {
                         "scalar" => Isa::Scalar,
                         "avx2" => Isa::Avx2,
+                        "avx512" => Isa::Avx512,
                         _ => return Err(bad()),
                     };
                 }

@@ -415,6 +415,14 @@ fn thread_count_settings() {
     let scalar = dev.new_cpu_stream(" isa=scalar , threads=3 ").unwrap();
     assert_eq!(scalar.isa(), tessera_cpu::isa::Isa::Scalar);
     assert_eq!(scalar.n_threads(), 3);
+    // Each family by name; one the CPU lacks falls back to the best it has.
+    use tessera_cpu::isa::Isa;
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+        let s = dev.new_cpu_stream(&format!("isa={}", isa.name())).unwrap();
+        let want = if isa.available() { isa } else { Isa::best() };
+        assert_eq!(s.isa(), want, "{}", isa.name());
+    }
+    assert!(dev.new_cpu_stream("isa=avx1024").is_err());
     assert_eq!(
         dev.new_cpu_stream("").unwrap().n_threads(),
         tessera_cpu::stream::default_threads()

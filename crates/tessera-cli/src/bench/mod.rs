@@ -10,6 +10,7 @@
 
 mod anchors;
 mod cases;
+mod cold;
 mod fill;
 mod ggml_live;
 mod machine;
@@ -43,8 +44,9 @@ pub struct OpsArgs {
     /// List the cases and exit.
     #[arg(long)]
     list: bool,
-    /// Measure the machine's read bandwidth and FMA peak first, and print
-    /// MUL_MAT figures as a share of them.
+    /// Measure the machine's read bandwidth and FMA peak first, print
+    /// MUL_MAT figures as a share of them, and measure one-column MUL_MAT
+    /// again with its weights streamed from memory (distinct copies, 2 GiB).
     #[arg(long)]
     limits: bool,
     /// A ggml `test-backend-ops` binary (see `scripts/ggml-bench/build.sh`)
@@ -161,6 +163,15 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
                 Ok(line) => println!("{line}"),
                 Err(e) => println!("  {}: failed: {e}", case.name),
             }
+            if let Some(l) = &opts.limits
+                && cold::applies(case)
+            {
+                match cold::measure(&device, stream.as_ref(), case, opts.seconds, l) {
+                    Ok(line) if !line.is_empty() => println!("{line}"),
+                    Ok(_) => {}
+                    Err(e) => println!("    weights from memory: failed: {e}"),
+                }
+            }
         }
     }
     for nth in [1usize, 2] {
@@ -239,14 +250,8 @@ fn run_case(
         None => None,
     };
     placement.place_views(&graph)?;
-    stream.compute(&graph, &placement)?;
-    let start = Instant::now();
-    let mut iters = 0usize;
-    while iters == 0 || start.elapsed().as_secs_f64() < seconds {
-        stream.compute(&graph, &placement)?;
-        iters += 1;
-    }
-    let us = start.elapsed().as_secs_f64() * 1e6 / (iters * n_runs) as f64;
+    let (secs, iters) = time_graph(stream, &graph, &placement, seconds)?;
+    let us = secs * 1e6 / (iters * n_runs) as f64;
     drop(out_mem);
     let (figure, unit, per_run) = match case.flops {
         Some(f) => (f / us / 1e3, "GFLOPS", format!("{:.2} GFLOP/run", f / 1e9)),
@@ -282,6 +287,24 @@ fn run_case(
             None => compare(&case.name, figure, true, with_ggml),
         }
     ))
+}
+
+/// Compute `graph` once (warm-up), then repeatedly for at least `seconds`:
+/// the elapsed seconds and the number of computes timed.
+fn time_graph(
+    stream: &dyn Stream,
+    graph: &Graph,
+    placement: &Placement,
+    seconds: f64,
+) -> Result<(f64, usize)> {
+    stream.compute(graph, placement)?;
+    let start = Instant::now();
+    let mut iters = 0usize;
+    while iters == 0 || start.elapsed().as_secs_f64() < seconds {
+        stream.compute(graph, placement)?;
+        iters += 1;
+    }
+    Ok((start.elapsed().as_secs_f64(), iters))
 }
 
 /// `  | ggml X (ratio)` when ggml's figure is known. `higher_is_better`

@@ -74,7 +74,7 @@ pub fn convert_row(dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
 /// [`convert_row`] with the conversion of `isa` (the AVX2 one where the CPU
 /// has it: bit-identical, see [`super::act_quant_avx2`]).
 pub fn convert_row_isa(isa: Isa, dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    if isa == Isa::Avx2
+    if isa.has_avx2()
         && let Some(f) = super::act_quant_avx2::convert_fn(dst_type)
     {
         let want = dst_type.row_size(src.len())?;

@@ -32,7 +32,7 @@ pub(crate) type F16RowFn = fn(src: &[u8], dst: &mut [f32]);
 pub(crate) fn f16_row_fn(isa: Isa) -> F16RowFn {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa == Isa::Avx2 && isa.available() {
+        if isa.has_avx2() {
             return avx2::f16_row_safe;
         }
     }
@@ -50,7 +50,7 @@ fn f16_row_scalar(src: &[u8], dst: &mut [f32]) {
 pub(crate) fn exp_fn(isa: Isa) -> ExpFn {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa == Isa::Avx2 && isa.available() {
+        if isa.has_avx2() {
             return avx2::exp_safe;
         }
     }
@@ -62,8 +62,8 @@ pub(crate) fn exp_fn(isa: Isa) -> ExpFn {
 pub(crate) fn vacc_fn(v_type: DType, isa: Isa) -> Option<VaccFn> {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa == Isa::Avx2 && isa.available() {
-            return super::attention_vec512::vacc_fn(v_type).or_else(|| avx2::vacc_fn(v_type));
+        if isa.has_avx2() {
+            return super::attention_vec512::vacc_fn(v_type, isa).or_else(|| avx2::vacc_fn(v_type));
         }
     }
     let _ = isa;
@@ -448,7 +448,7 @@ mod tests {
         v.extend(vacc_fn(t, Isa::Scalar).map(|f| ("scalar", f)));
         #[cfg(target_arch = "x86_64")]
         v.extend(avx2::vacc_fn(t).map(|f| ("avx2", f)));
-        v.extend(super::super::attention_vec512::vacc_fn(t).map(|f| ("avx512", f)));
+        v.extend(super::super::attention_vec512::vacc_fn(t, Isa::Avx512).map(|f| ("avx512", f)));
         v
     }
 

@@ -1,16 +1,17 @@
 //! The V step of flash attention on AVX-512 (`acc_g += sum_j p_gj v_j` for a
 //! group of query rows, see [`super::attention_vec::VaccFn`]): 64 values of
 //! four accumulators stay in 16 registers over a block of keys, so the step
-//! does half the instructions of the AVX2 one. Used where
-//! [`super::gemv_avx512::usable`] says the AVX-512 kernels may run.
+//! does half the instructions of the AVX2 one. Used on
+//! [`Isa::Avx512`].
 
 use tessera::DType;
 
 use super::attention_vec::VaccFn;
+use crate::isa::Isa;
 
 /// The AVX-512 V step for V rows of `v_type` (F16 or F32), if usable here.
-pub(crate) fn vacc_fn(v_type: DType) -> Option<VaccFn> {
-    if !super::gemv_avx512::usable() {
+pub(crate) fn vacc_fn(v_type: DType, isa: Isa) -> Option<VaccFn> {
+    if !isa.has_avx512() {
         return None;
     }
     imp::vacc_fn(v_type)

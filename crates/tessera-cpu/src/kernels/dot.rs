@@ -11,8 +11,7 @@
 //! The SIMD paths also have *tiles* ([`TileFn`], [`tile_fn`]): several
 //! weight rows against several activation rows per call, which MUL_MAT and
 //! flash attention use instead of the one-row products (`gemv_avx2*`, and
-//! `gemv_avx512*` where the CPU has AVX-512 VNNI, unless
-//! `TESSERA_CPU_ISA=avx2`).
+//! `gemv_avx512*` on [`Isa::Avx512`]).
 //!
 //! Accumulation follows ggml: float rows accumulate in f32 (several lanes),
 //! quantized blocks accumulate exact integer sums per block, scaled in f32.
@@ -58,8 +57,7 @@ pub fn vec_dot_type(weights: DType) -> Option<DType> {
 /// The dot product of `weights` rows with [`vec_dot_type`] rows for `isa`
 /// (the portable one if `isa` is not available on this CPU).
 pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
-    if isa == Isa::Avx2
-        && isa.available()
+    if isa.has_avx2()
         && let Some(f) = super::dot_avx2::dot_fn(weights)
     {
         return Some(f);
@@ -70,8 +68,9 @@ pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
 /// The multi-row dot product of `weights` for `isa`, if that ISA has one
 /// (callers fall back to [`dot_fn`] one row at a time).
 pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
-    if isa == Isa::Avx2 && isa.available() {
-        return super::gemv_avx512::tile_fn(weights).or_else(|| super::gemv_avx2::tile_fn(weights));
+    if isa.has_avx2() {
+        return super::gemv_avx512::tile_fn(weights, isa)
+            .or_else(|| super::gemv_avx2::tile_fn(weights));
     }
     None
 }
@@ -81,8 +80,8 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
 /// converting the activations (and is more accurate than ggml, which rounds
 /// them to the weights' type).
 pub fn tile_f32_fn(weights: DType, isa: Isa) -> Option<TileFn> {
-    if isa == Isa::Avx2 && isa.available() {
-        return super::gemv_avx512::tile_f32_fn(weights)
+    if isa.has_avx2() {
+        return super::gemv_avx512::tile_f32_fn(weights, isa)
             .or_else(|| super::gemv_avx2::tile_f32_fn(weights));
     }
     None
@@ -99,12 +98,12 @@ pub fn tile_kernels(weights: DType, f32_act: bool) -> Vec<(&'static str, TileFn)
     let (a2, a5) = if f32_act {
         (
             super::gemv_avx2::tile_f32_fn(weights),
-            super::gemv_avx512::tile_f32_fn(weights),
+            super::gemv_avx512::tile_f32_fn(weights, Isa::Avx512),
         )
     } else {
         (
             super::gemv_avx2::tile_fn(weights),
-            super::gemv_avx512::tile_fn(weights),
+            super::gemv_avx512::tile_fn(weights, Isa::Avx512),
         )
     };
     v.extend(a2.map(|f| ("avx2", f)));
@@ -248,7 +247,7 @@ mod tests {
         assert_eq!(vec_dot_type(DType::I32), None);
         assert!(dot_fn(DType::Q8K, Isa::Scalar).is_none());
         for t in tessera::MUL_MAT_WEIGHT_TYPES {
-            for isa in [Isa::Scalar, Isa::Avx2] {
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                 assert!(dot_fn(t, isa).is_some(), "{t}");
             }
         }

@@ -106,8 +106,11 @@ fn min_cols(t: DType) -> usize {
     if let Some(v) = MIN_COLS_OVERRIDE.load(Ordering::Relaxed).checked_sub(1) {
         return v;
     }
-    let vnni = super::gemm_vnni::kernels().is_some_and(|k| k.types.contains(&t));
-    let int = int_kernels(t).is_some();
+    // The best kernels of the CPU decide (not the stream's ISA), so that
+    // scratch sizing and dispatch always agree.
+    let best = Isa::best();
+    let vnni = super::gemm_vnni::kernels(best).is_some_and(|k| k.types.contains(&t));
+    let int = int_kernels(t, best).is_some();
     match t {
         _ if vnni => 8,
         DType::Q6K if int => 8,
@@ -178,10 +181,9 @@ impl Path {
     /// `isa`: the integer one where the CPU has VNNI and `t` a sub-block
     /// layout, else f32 with AVX-512, AVX2 or portable kernels.
     pub(crate) fn choose(t: DType, ncol: usize, isa: Isa) -> Path {
-        // Any SIMD family selects the best kernels the CPU has (AVX-512 VNNI,
-        // AVX-512F, AVX2, checked at run time); `Scalar` the portable ones.
-        let simd = isa != Isa::Scalar;
-        if simd && let (Some(qk), Some(s)) = (int_kernels(t), sub_size(t)) {
+        // `Avx512`: VNNI or AVX-512F kernels; `Avx2`: AVX2 ones; `Scalar`
+        // (or a family the CPU lacks): the portable ones.
+        if let (Some(qk), Some(s)) = (int_kernels(t, isa), sub_size(t)) {
             let i = narrow(qk.nr, ncol);
             let si = usize::from(s == 16);
             return Path::Q8 {
@@ -191,9 +193,12 @@ impl Path {
                 s,
             };
         }
-        let ks = match (super::gemm_avx512::kernels(), super::gemm_avx2::kernels()) {
-            (Some(k), _) if simd => k,
-            (_, Some(k)) if simd => k,
+        let ks = match (
+            super::gemm_avx512::kernels(isa),
+            super::gemm_avx2::kernels(),
+        ) {
+            (Some(k), _) => k,
+            (_, Some(k)) if isa.has_avx2() => k,
             _ => &super::gemm_portable::KERNELS,
         };
         let i = narrow(ks.nr, ncol);
@@ -234,7 +239,7 @@ fn all_paths(t: DType) -> Vec<Path> {
     let mut v = Vec::new();
     let mut sets = vec![&super::gemm_portable::KERNELS];
     sets.extend(super::gemm_avx2::kernels());
-    sets.extend(super::gemm_avx512::kernels());
+    sets.extend(super::gemm_avx512::kernels(Isa::best()));
     for ks in sets {
         for (i, &nr) in ks.nr.iter().enumerate() {
             v.push(Path::F32 {
@@ -244,7 +249,10 @@ fn all_paths(t: DType) -> Vec<Path> {
             });
         }
     }
-    let int = [super::gemm_vnni::kernels(), super::gemm_q8_avx2::kernels()];
+    let int = [
+        super::gemm_vnni::kernels(Isa::best()),
+        super::gemm_q8_avx2::kernels(),
+    ];
     for qk in int.into_iter().flatten().filter(|k| k.types.contains(&t)) {
         let Some(s) = sub_size(t) else { break };
         for (i, &nr) in qk.nr.iter().enumerate() {
@@ -259,12 +267,17 @@ fn all_paths(t: DType) -> Vec<Path> {
     v
 }
 
-/// The integer kernel set for weights of type `t` on this CPU, if any:
-/// VNNI where the CPU has it (and the ISA is not forced to AVX2), else the
-/// AVX2 one for the types it can take.
-pub(crate) fn int_kernels(t: DType) -> Option<&'static Q8Kernels> {
+/// The integer kernel set for weights of type `t` on `isa`, if any: VNNI on
+/// [`Isa::Avx512`], else the AVX2 one for the types it can take.
+pub(crate) fn int_kernels(t: DType, isa: Isa) -> Option<&'static Q8Kernels> {
     sub_size(t)?;
-    let sets = [super::gemm_vnni::kernels(), super::gemm_q8_avx2::kernels()];
+    if !isa.has_avx2() {
+        return None;
+    }
+    let sets = [
+        super::gemm_vnni::kernels(isa),
+        super::gemm_q8_avx2::kernels(),
+    ];
     sets.into_iter().flatten().find(|k| k.types.contains(&t))
 }
 

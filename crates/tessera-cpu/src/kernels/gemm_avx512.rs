@@ -4,24 +4,23 @@
 //! instruction of the AVX2 kernels on cores with two 512-bit FMA units.
 //!
 //! Packing reuses the AVX2 transposer and dequantizers (every AVX-512F CPU
-//! has AVX2, FMA and F16C; [`kernels`] checks all of them). Used where the
-//! CPU has AVX-512F and the instruction set is not forced to AVX2
-//! (`TESSERA_CPU_ISA=avx2` keeps the GEMM on the AVX2 kernels, so that path
-//! can be tested and measured on an AVX-512 machine too).
+//! has AVX2, FMA and F16C; [`kernels`] checks all of them). Used on
+//! [`Isa::Avx512`] (`isa=avx2` keeps the GEMM on the AVX2 kernels, so that
+//! path can be tested and measured on an AVX-512 machine too).
 
 use super::gemm_pack::Kernels;
+use crate::isa::Isa;
 
-/// The AVX-512 kernel set, if the CPU has AVX-512F (and AVX2, FMA, F16C)
-/// and `TESSERA_CPU_ISA` does not ask for AVX2.
-pub(crate) fn kernels() -> Option<&'static Kernels> {
-    imp::kernels()
+/// The AVX-512 kernel set, on [`Isa::Avx512`] (where the CPU has it).
+pub(crate) fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    imp::kernels(isa)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::Kernels;
 
-    pub(crate) fn kernels() -> Option<&'static Kernels> {
+    pub(crate) fn kernels(_isa: crate::isa::Isa) -> Option<&'static Kernels> {
         None
     }
 }
@@ -29,7 +28,6 @@ mod imp {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use std::arch::x86_64::*;
-    use std::sync::OnceLock;
 
     use super::Kernels;
     use crate::isa::Isa;
@@ -47,14 +45,8 @@ mod imp {
         dequant,
     };
 
-    pub(crate) fn kernels() -> Option<&'static Kernels> {
-        static USABLE: OnceLock<bool> = OnceLock::new();
-        let usable = *USABLE.get_or_init(|| {
-            Isa::Avx2.available()
-                && std::arch::is_x86_feature_detected!("avx512f")
-                && std::env::var("TESSERA_CPU_ISA").ok().as_deref() != Some("avx2")
-        });
-        usable.then_some(&KERNELS)
+    pub(crate) fn kernels(isa: Isa) -> Option<&'static Kernels> {
+        isa.has_avx512().then_some(&KERNELS)
     }
 
     /// `C (+)= A B` for one 32 x NR tile.

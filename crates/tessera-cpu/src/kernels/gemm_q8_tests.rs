@@ -15,7 +15,7 @@ use super::gemm_tests::{Buf, Rng, encoded, quantized};
 /// The integer kernel sets usable here.
 fn int_sets() -> Vec<(&'static str, &'static Q8Kernels)> {
     let mut v = Vec::new();
-    v.extend(super::gemm_vnni::kernels().map(|k| ("vnni", k)));
+    v.extend(super::gemm_vnni::kernels(crate::isa::Isa::Avx512).map(|k| ("vnni", k)));
     v.extend(super::gemm_q8_avx2::kernels().map(|k| ("avx2", k)));
     v
 }

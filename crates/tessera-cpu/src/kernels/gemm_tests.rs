@@ -24,7 +24,7 @@ use crate::pool::ThreadPool;
 fn sets() -> Vec<(&'static str, &'static Kernels)> {
     let mut v = vec![("portable", &super::gemm_portable::KERNELS)];
     v.extend(super::gemm_avx2::kernels().map(|k| ("avx2", k)));
-    v.extend(super::gemm_avx512::kernels().map(|k| ("avx512", k)));
+    v.extend(super::gemm_avx512::kernels(crate::isa::Isa::Avx512).map(|k| ("avx512", k)));
     v
 }
 
@@ -422,4 +422,38 @@ fn scratch_is_enough_for_every_kernel_set() {
     let size = super::gemm::scratch_size(&la, &lb, 2);
     assert!(size < usize::MAX);
     assert!(size >= 2 * MR_MAX * super::gemm::KC * 4);
+}
+
+/// Each ISA picks its own kernels: `Avx2` never the AVX-512 or VNNI ones
+/// (so that path is tested and measured on an AVX-512 CPU too), `Scalar`
+/// the portable ones, `Avx512` the widest the CPU has.
+#[test]
+fn each_isa_takes_its_own_kernels() {
+    let f32_set = |t: DType, isa: Isa| match Path::choose(t, 64, isa) {
+        Path::F32 { ks, .. } => Some(ks as *const Kernels),
+        Path::Q8 { .. } => None,
+    };
+    let portable = &super::gemm_portable::KERNELS as *const Kernels;
+    assert_eq!(f32_set(DType::F32, Isa::Scalar), Some(portable));
+    assert_eq!(f32_set(DType::Q4_0, Isa::Scalar), Some(portable));
+    if let Some(k) = super::gemm_avx2::kernels() {
+        assert_eq!(f32_set(DType::F32, Isa::Avx2), Some(k as *const Kernels));
+        // The integer path on AVX2 is the AVX2 one.
+        match Path::choose(DType::Q4_0, 64, Isa::Avx2) {
+            Path::Q8 { qk, .. } => {
+                assert!(std::ptr::eq(qk, super::gemm_q8_avx2::kernels().unwrap()))
+            }
+            Path::F32 { .. } => panic!("q4_0 on avx2 should take the integer path"),
+        }
+    }
+    if let Some(k) = super::gemm_avx512::kernels(Isa::Avx512) {
+        assert_eq!(f32_set(DType::F16, Isa::Avx512), Some(k as *const Kernels));
+        match Path::choose(DType::Q8_0, 64, Isa::Avx512) {
+            Path::Q8 { qk, .. } => assert!(std::ptr::eq(
+                qk,
+                super::gemm_vnni::kernels(Isa::Avx512).unwrap()
+            )),
+            Path::F32 { .. } => panic!("q8_0 on avx512 should take the VNNI path"),
+        }
+    }
 }

@@ -6,22 +6,23 @@
 //! sums are scaled into f32 accumulators: `acc += f32(isum) * (w * dy) + o *
 //! (dy * sum q)` — exact integer sums, one rounding per sub-block.
 //!
-//! [`kernels`] hands the set out only on CPUs with AVX-512F/BW/VNNI (and AVX2
-//! for the shared transposer), and not when `TESSERA_CPU_ISA=avx2` keeps
-//! the GEMM on AVX2.
+//! [`kernels`] hands the set out only on [`Isa::Avx512`] (AVX-512F/BW/VL/VNNI
+//! and AVX2 for the shared transposer), not when `isa=avx2` keeps the GEMM
+//! on AVX2.
 
 use super::gemm_q8::Q8Kernels;
+use crate::isa::Isa;
 
-/// The VNNI kernel set, if the CPU has it and the ISA is not forced to AVX2.
-pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
-    imp::kernels()
+/// The VNNI kernel set, on [`Isa::Avx512`] (where the CPU has it).
+pub(crate) fn kernels(isa: Isa) -> Option<&'static Q8Kernels> {
+    imp::kernels(isa)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::Q8Kernels;
 
-    pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
+    pub(crate) fn kernels(_isa: crate::isa::Isa) -> Option<&'static Q8Kernels> {
         None
     }
 }
@@ -29,7 +30,6 @@ mod imp {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use std::arch::x86_64::*;
-    use std::sync::OnceLock;
 
     use super::Q8Kernels;
     use crate::isa::Isa;
@@ -55,16 +55,8 @@ mod imp {
         types: &[DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K],
     };
 
-    pub(crate) fn kernels() -> Option<&'static Q8Kernels> {
-        static USABLE: OnceLock<bool> = OnceLock::new();
-        let usable = *USABLE.get_or_init(|| {
-            Isa::Avx2.available()
-                && std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-                && std::env::var("TESSERA_CPU_ISA").ok().as_deref() != Some("avx2")
-        });
-        usable.then_some(&KERNELS)
+    pub(crate) fn kernels(isa: Isa) -> Option<&'static Q8Kernels> {
+        isa.has_avx512().then_some(&KERNELS)
     }
 
     /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values.

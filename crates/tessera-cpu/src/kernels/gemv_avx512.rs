@@ -5,9 +5,9 @@
 //!
 //! Why: where the CPU has AVX-512, ggml uses it, and the AVX2 kernels are
 //! port-bound below it for F16 weights with several columns and for Q8_0.
-//! These kernels are used on the AVX2 ISA path when the CPU also has
-//! AVX-512F/BW/VL/VNNI, unless `TESSERA_CPU_ISA=avx2` asks for the plain
-//! AVX2 kernels (the same convention as the packed GEMM's AVX-512 kernels).
+//! These kernels are used on [`Isa::Avx512`] (AVX-512F/BW/VL/VNNI);
+//! `TESSERA_CPU_ISA=avx2` or a stream's `isa=avx2` selects the plain AVX2
+//! kernels on the same CPU.
 //!
 //! - Floats (F32, F16 x F32, BF16 x F32, F16 x F16, BF16 x BF16): `R x C`
 //!   accumulators of 16 lanes; the last `n % 16` values use masked loads.
@@ -16,34 +16,24 @@
 //! The horizontal sums of the accumulators go sixteen at a time through a
 //! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
 
-use std::sync::OnceLock;
-
 use tessera::DType;
 
 use super::dot::{TILE_COLS, TILE_ROWS, TileFn};
 use crate::isa::Isa;
 
-/// Can the AVX-512 kernels run here (and are they not switched off)?
-pub fn usable() -> bool {
-    static USABLE: OnceLock<bool> = OnceLock::new();
-    *USABLE.get_or_init(|| {
-        Isa::Avx2.available()
-            && imp::detected()
-            && std::env::var("TESSERA_CPU_ISA").ok().as_deref() != Some("avx2")
-    })
-}
-
-/// The AVX-512 tile kernel for `weights` (activations in its dot type).
-pub fn tile_fn(weights: DType) -> Option<TileFn> {
-    if !usable() {
+/// The AVX-512 tile kernel for `weights` (activations in its dot type), on
+/// [`Isa::Avx512`].
+pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
+    if !isa.has_avx512() {
         return None;
     }
     imp::tile_fn(weights)
 }
 
-/// The AVX-512 tile kernel for `weights` with f32 activations (F16, BF16).
-pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
-    if !usable() {
+/// The AVX-512 tile kernel for `weights` with f32 activations (F16, BF16),
+/// on [`Isa::Avx512`].
+pub fn tile_f32_fn(weights: DType, isa: Isa) -> Option<TileFn> {
+    if !isa.has_avx512() {
         return None;
     }
     imp::tile_f32_fn(weights)
@@ -53,9 +43,6 @@ pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
 mod imp {
     use super::*;
 
-    pub fn detected() -> bool {
-        false
-    }
     pub fn tile_fn(_weights: DType) -> Option<TileFn> {
         None
     }
@@ -72,13 +59,6 @@ pub(crate) mod imp {
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
     use crate::kernels::gemv_avx512_q8::{q4_0_tile, q8_0_tile};
-
-    pub fn detected() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
 
     pub fn tile_fn(weights: DType) -> Option<TileFn> {
         Some(match weights {

@@ -100,7 +100,7 @@ impl Simd {
     #[inline]
     pub fn new(isa: Isa) -> Self {
         Simd {
-            avx2: isa == Isa::Avx2 && Isa::Avx2.available(),
+            avx2: isa.has_avx2(),
         }
     }
 
