@@ -112,6 +112,8 @@ fn min_cols(t: DType) -> usize {
     let vnni = super::gemm_vnni::kernels(best).is_some_and(|k| k.types.contains(&t));
     let int = int_kernels(t, best).is_some();
     match t {
+        // Q8_0's VNNI dot-product tile matches the GEMM up to 8 columns.
+        DType::Q8_0 if vnni => 9,
         _ if vnni => 8,
         DType::Q6K if int => 8,
         _ if int => 10,

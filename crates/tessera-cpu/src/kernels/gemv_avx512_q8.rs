@@ -1,8 +1,9 @@
 //! AVX-512 VNNI tile kernels for the weight types dotted with Q8_0
 //! activations, Q8_0 and Q4_0 (see [`super::gemv_avx512`] for when they run
 //! and [`super::gemv_avx2_q8`] for the AVX2 versions they mirror):
-//! - Q8_0 x Q8_0: two blocks per register; `|x|` times `y` with the sign of
-//!   `x` moved onto `y` (exact for every byte, as the AVX2 kernel);
+//! - Q8_0 x Q8_0: two blocks per register; `x + 128` (unsigned) times `y`,
+//!   the accumulator starting at `-128 * sum y` (computed once per column),
+//!   so one `vpdpbusd` per row and column (exact for every byte);
 //! - Q4_0 x Q8_0: four blocks per register; unsigned nibbles in `vpdpbusd`,
 //!   the offset 8 removed with the activations' sums.
 //!
@@ -72,6 +73,7 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
         }
     };
     let zero = _mm512_setzero_si512();
+    let flip = _mm512_set1_epi8(-128);
     let mut b = 0;
     while b + SB <= nb {
         // SAFETY: blocks b..b + 8 < nb exist in every row and column.
@@ -99,19 +101,20 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
                 i as i32 + 1,
             );
             let mut y = [zero; C];
+            let mut init = [zero; C];
             for c in 0..C {
                 // SAFETY: blocks b + i, b + i + 1 < nb of column c.
                 y[c] = pair(unsafe { ys[c].add((b + i) * Q8_0_BYTES) });
+                // -128 * (the sum of each lane's four y), once per column.
+                init[c] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, y[c]));
             }
             for r in 0..R {
                 // SAFETY: blocks b + i, b + i + 1 < nb of row r.
                 let x = pair(unsafe { xs[r].add((b + i) * Q8_0_BYTES) });
-                let ax = _mm512_abs_epi8(x);
-                let neg = _mm512_movepi8_mask(x);
+                // x + 128 as unsigned bytes: sum (x + 128) y - 128 sum y.
+                let xu = _mm512_xor_si512(x, flip);
                 for c in 0..C {
-                    // y with the sign of x (y is never -128).
-                    let sy = _mm512_mask_sub_epi8(y[c], neg, zero, y[c]);
-                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy));
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[c], xu, y[c]));
                     let d = _mm512_permutexvar_ps(idx, ds[c][r]);
                     acc[c][r] = _mm512_fmadd_ps(s, d, acc[c][r]);
                 }
