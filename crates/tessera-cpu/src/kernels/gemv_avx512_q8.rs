@@ -3,7 +3,9 @@
 //! and [`super::gemv_avx2_q8`] for the AVX2 versions they mirror):
 //! - Q8_0 x Q8_0: two blocks per register; `x + 128` (unsigned) times `y`,
 //!   the accumulator starting at `-128 * sum y` (computed once per column),
-//!   so one `vpdpbusd` per row and column (exact for every byte);
+//!   so one `vpdpbusd` per row and column (exact for every byte); the lanes
+//!   of eight blocks are then added into per-block sums by shuffles (port 5)
+//!   so that one conversion and one multiply-add (port 0) serve eight blocks;
 //! - Q4_0 x Q8_0: four blocks per register; unsigned nibbles in `vpdpbusd`,
 //!   the offset 8 removed with the activations' sums.
 //!
@@ -50,7 +52,48 @@ unsafe fn block_scales<const R: usize, const C: usize>(
     ds
 }
 
-/// Q8_0 rows x Q8_0 columns, two blocks per register.
+/// The f16 scales of the eight Q8_0 blocks at `p` as f32 in the order of
+/// [`block_sums`]: lane `4 * l + j` holds block `2 * j + l / 2`. Put together
+/// in general-purpose registers (ports the vector work leaves idle).
+///
+/// # Safety
+/// Blocks `0..8` at `p` must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tree_scales(p: *const u8) -> __m512 {
+    // SAFETY: forwarded to the caller.
+    let h = |i: usize| unsafe { u64::from(p.add(i * Q8_0_BYTES).cast::<u16>().read_unaligned()) };
+    let even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48;
+    let odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
+    // Blocks 0, 2, 4, 6, 1, 3, 5, 7.
+    let v = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi64x(odd as i64, even as i64)));
+    _mm512_shuffle_f32x4::<0b01_01_00_00>(v, v)
+}
+
+/// The integer sums of eight blocks from the `vpdpbusd` lanes `v[i]` of
+/// blocks `2i` (low half) and `2i + 1` (high half): lane `4 * l + j` of the
+/// result holds the sum of the four lanes of `v[j]`'s quarter `l`, a quarter
+/// of the sum of block `2 * j + l / 2` (six shuffles and three adds instead
+/// of a conversion and a multiply-add per pair of blocks).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn block_sums(v: [__m512i; 4]) -> __m512i {
+    let a01 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(v[0], v[1]),
+        _mm512_unpackhi_epi32(v[0], v[1]),
+    );
+    let a23 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(v[2], v[3]),
+        _mm512_unpackhi_epi32(v[2], v[3]),
+    );
+    _mm512_add_epi32(
+        _mm512_unpacklo_epi64(a01, a23),
+        _mm512_unpackhi_epi64(a01, a23),
+    )
+}
+
+/// Q8_0 rows x Q8_0 columns, two blocks per register, the lanes of eight
+/// blocks reduced to their block sums ([`block_sums`]) before the scales.
 ///
 /// # Safety
 /// Every row and column must hold `nb` Q8_0 blocks; AVX-512F/BW/VL/VNNI,
@@ -62,10 +105,11 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
     nb: usize,
 ) -> [[f32; R]; C] {
     let mut acc = [[_mm512_setzero_ps(); R]; C];
-    // The quants of blocks b and b + 1, one per 256-bit half.
-    let pair = |p: *const u8| -> __m512i {
-        // SAFETY: the callers pass block b of a row with block b + 1 after it.
+    // The quants of blocks 2i and 2i + 1 at p, one per 256-bit half.
+    let pair = |p: *const u8, i: usize| -> __m512i {
+        // SAFETY: the callers pass p with blocks 2i and 2i + 1 after it.
         unsafe {
+            let p = p.add(2 * i * Q8_0_BYTES);
             _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(p.add(2).cast())),
                 _mm256_loadu_si256(p.add(Q8_0_BYTES + 2).cast()),
@@ -76,48 +120,34 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
     let flip = _mm512_set1_epi8(-128);
     let mut b = 0;
     while b + SB <= nb {
-        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
-        let ds = unsafe { block_scales(&xs, &ys, b, Q8_0_BYTES) };
+        let mut y = [[zero; 4]; C];
+        let mut init = [[zero; 4]; C];
+        let mut dy = [_mm512_setzero_ps(); C];
+        for c in 0..C {
+            // SAFETY: blocks b..b + 8 < nb exist in every column.
+            let p = unsafe { ys[c].add(b * Q8_0_BYTES) };
+            // SAFETY: as above.
+            dy[c] = unsafe { tree_scales(p) };
+            for i in 0..4 {
+                y[c][i] = pair(p, i);
+                // -128 * (the sum of each lane's four y), once per column.
+                init[c][i] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, y[c][i]));
+            }
+        }
         for x in xs {
             prefetch(x.wrapping_add(b * Q8_0_BYTES), SB * Q8_0_BYTES + 63);
         }
-        for i in (0..SB).step_by(2) {
-            let idx = _mm512_setr_epi32(
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-                i as i32 + 1,
-            );
-            let mut y = [zero; C];
-            let mut init = [zero; C];
+        for r in 0..R {
+            // SAFETY: blocks b..b + 8 < nb exist in every row.
+            let p = unsafe { xs[r].add(b * Q8_0_BYTES) };
+            // SAFETY: as above.
+            let dx = unsafe { tree_scales(p) };
+            // x + 128 as unsigned bytes: sum (x + 128) y - 128 sum y.
+            let xu: [__m512i; 4] = std::array::from_fn(|i| _mm512_xor_si512(pair(p, i), flip));
             for c in 0..C {
-                // SAFETY: blocks b + i, b + i + 1 < nb of column c.
-                y[c] = pair(unsafe { ys[c].add((b + i) * Q8_0_BYTES) });
-                // -128 * (the sum of each lane's four y), once per column.
-                init[c] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, y[c]));
-            }
-            for r in 0..R {
-                // SAFETY: blocks b + i, b + i + 1 < nb of row r.
-                let x = pair(unsafe { xs[r].add((b + i) * Q8_0_BYTES) });
-                // x + 128 as unsigned bytes: sum (x + 128) y - 128 sum y.
-                let xu = _mm512_xor_si512(x, flip);
-                for c in 0..C {
-                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[c], xu, y[c]));
-                    let d = _mm512_permutexvar_ps(idx, ds[c][r]);
-                    acc[c][r] = _mm512_fmadd_ps(s, d, acc[c][r]);
-                }
+                let v = std::array::from_fn(|i| _mm512_dpbusd_epi32(init[c][i], xu[i], y[c][i]));
+                let s = _mm512_cvtepi32_ps(block_sums(v));
+                acc[c][r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dx, dy[c]), acc[c][r]);
             }
         }
         b += SB;
