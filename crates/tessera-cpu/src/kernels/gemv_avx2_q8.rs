@@ -4,17 +4,20 @@
 //! These are the hottest kernels of token generation, and on AVX2 they are
 //! bound by the vector ports, not by memory, so they are written to spend as
 //! few instructions per 32-value block as possible:
-//! - blocks are taken in pairs, one per 128-bit half of a register, so the
-//!   widening to i32, the conversion to f32 and the scaling FMA are done
-//!   once for two blocks;
-//! - the f16 scales of eight blocks are gathered and converted with one
-//!   F16C instruction, multiplied with the activations' scales, and read
-//!   back per pair from the stack;
-//! - Q4_0 nibbles go into `maddubs` unsigned (0..16); the offset 8 is
-//!   removed by subtracting `8 * (y_i + y_j)` per pair of activations,
-//!   computed once per block and shared by the rows of the tile;
-//! - Q8_0 weights are sign-extended to i16 and multiplied with `madd`, which
-//!   is exact for every byte (ggml's sign trick is not for -128 x -128).
+//! - Q4_0: blocks are taken in pairs, one per 128-bit half of a register,
+//!   so the widening to i32, the conversion to f32 and the scaling FMA are
+//!   done once for two blocks; the f16 scales of eight blocks are gathered
+//!   and converted with one F16C instruction, multiplied with the
+//!   activations' scales, and read back per pair from the stack; the nibbles
+//!   go into `maddubs` unsigned (0..16), the offset 8 removed by subtracting
+//!   `8 * (y_i + y_j)` per pair of activations, computed once per block and
+//!   shared by the rows of the tile;
+//! - Q8_0: ggml's sign trick (`|x|` unsigned times `y` with `x`'s sign in
+//!   `maddubs`, exact for every weight byte because Q8_0 activations never
+//!   hold -128), then the eight i32 lanes of eight blocks are added into
+//!   per-block sums by unpacks (port 5, which the products leave idle) so
+//!   that one conversion and one multiply-add with the eight blocks' scales
+//!   (`dx * dy`, block order) serve eight blocks.
 //!
 //! Integer block sums are exact; the f32 scaling rounds like the one-row
 //! kernels, in a different order.
@@ -227,22 +230,28 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
     hsums(&acc)
 }
 
-/// The sums of 16 i16 products of one Q8_0 block, as 8 i32: the quants
-/// sign-extended and multiplied with `madd` (exact for every byte).
-///
-/// # Safety
-/// 32 bytes at `x` must be readable.
+/// The integer sums of eight blocks in block order, from the eight lanes of
+/// each block (`v[j]`: block `j`): three levels of unpacks, blends and adds
+/// (shuffles run on port 5, which the products leave idle), so that one
+/// conversion and one multiply-add serve eight blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_block_sums(x: *const u8, ylo: __m256i, yhi: __m256i) -> __m256i {
-    // SAFETY: forwarded to the caller.
-    let (xlo, xhi) = unsafe {
-        (
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(x.cast())),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(16).cast())),
-        )
+fn block_sums(v: [__m256i; 8]) -> __m256i {
+    // Per 128-bit half: [v0 0+2, v1 0+2, v0 1+3, v1 1+3].
+    let l1 = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
     };
-    _mm256_add_epi32(_mm256_madd_epi16(xlo, ylo), _mm256_madd_epi16(xhi, yhi))
+    // Per 128-bit half: the half's sums of four blocks.
+    let l2 = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+    };
+    let lo = l2(l1(v[0], v[1]), l1(v[2], v[3]));
+    let hi = l2(l1(v[4], v[5]), l1(v[6], v[7]));
+    // [lo.lo + lo.hi | hi.hi + hi.lo]: blocks 0..4, then 4..8.
+    _mm256_add_epi32(
+        _mm256_blend_epi32::<0xf0>(lo, hi),
+        _mm256_permute2x128_si256::<0x21>(lo, hi),
+    )
 }
 
 /// Q8_0 rows x Q8_0 columns.
@@ -256,79 +265,67 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
     ys: [*const u8; C],
     nb: usize,
 ) -> [[f32; R]; C] {
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); R]; C];
-    let mut ds = [[[0f32; SB]; R]; C];
-    // Activations of a block sign-extended to i16: values 0..16, 16..32.
-    let widen = |p: *const u8| -> (__m256i, __m256i) {
-        // SAFETY: the callers pass the 32 quant bytes of a block.
-        unsafe {
-            (
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
-            )
-        }
+    // The eight i32 partial sums of one block: |x| (unsigned, 0..=128)
+    // times y with x's sign (-127..=127: activations never hold -128), two
+    // products per i16 lane (at most 2 * 128 * 127: no saturation).
+    let dot = |x: __m256i, ax: __m256i, y: __m256i| {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones)
+    };
+    // The quants of block j at p.
+    let quants = |p: *const u8, j: usize| -> __m256i {
+        // SAFETY: the callers pass p with block j after it.
+        unsafe { _mm256_loadu_si256(p.add(j * Q8_0_BYTES + 2).cast()) }
     };
     let mut b = 0;
     while b + SB <= nb {
-        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
-        unsafe { pair_scales(&xs, &ys, b, Q8_0_BYTES, &mut ds) };
+        let mut dy = [_mm256_setzero_ps(); C];
+        let mut yp = [std::ptr::null::<u8>(); C];
+        for c in 0..C {
+            // SAFETY: blocks b..b + 8 < nb exist in every column.
+            yp[c] = unsafe { ys[c].add(b * Q8_0_BYTES) };
+            // SAFETY: as above.
+            dy[c] = unsafe { scales8(yp[c], Q8_0_BYTES) };
+        }
         for x in xs {
             prefetch(x.wrapping_add(b * Q8_0_BYTES), SB * Q8_0_BYTES + 63);
         }
-        for i in (0..SB).step_by(2) {
-            let (b0, b1) = (b + i, b + i + 1);
-            let mut y0 = [(_mm256_setzero_si256(), _mm256_setzero_si256()); C];
-            let mut y1 = y0;
-            for c in 0..C {
-                // SAFETY: blocks b0, b1 < nb of column c.
-                unsafe {
-                    y0[c] = widen(ys[c].add(b0 * Q8_0_BYTES + 2));
-                    y1[c] = widen(ys[c].add(b1 * Q8_0_BYTES + 2));
+        for r in 0..R {
+            // SAFETY: blocks b..b + 8 < nb exist in every row.
+            let xp = unsafe { xs[r].add(b * Q8_0_BYTES) };
+            // SAFETY: as above.
+            let dx = unsafe { scales8(xp, Q8_0_BYTES) };
+            let mut v = [[_mm256_setzero_si256(); C]; SB];
+            for (j, vj) in v.iter_mut().enumerate() {
+                let x = quants(xp, j);
+                let ax = _mm256_sign_epi8(x, x);
+                for (v, &y) in vj.iter_mut().zip(&yp) {
+                    *v = dot(x, ax, quants(y, j));
                 }
             }
-            for r in 0..R {
-                // SAFETY: blocks b0, b1 < nb of row r.
-                let (x0, x1) = unsafe {
-                    (
-                        widen(xs[r].add(b0 * Q8_0_BYTES + 2)),
-                        widen(xs[r].add(b1 * Q8_0_BYTES + 2)),
-                    )
-                };
-                for c in 0..C {
-                    let s0 = _mm256_add_epi32(
-                        _mm256_madd_epi16(x0.0, y0[c].0),
-                        _mm256_madd_epi16(x0.1, y0[c].1),
-                    );
-                    let s1 = _mm256_add_epi32(
-                        _mm256_madd_epi16(x1.0, y1[c].0),
-                        _mm256_madd_epi16(x1.1, y1[c].1),
-                    );
-                    // Block b0 in the low half, b1 in the high half.
-                    let s = _mm256_add_epi32(
-                        _mm256_permute2x128_si256::<0x20>(s0, s1),
-                        _mm256_permute2x128_si256::<0x31>(s0, s1),
-                    );
-                    let f = _mm256_cvtepi32_ps(s);
-                    acc[c][r] = _mm256_fmadd_ps(f, pair_scale(&ds[c][r], i), acc[c][r]);
-                }
+            for c in 0..C {
+                let s = _mm256_cvtepi32_ps(block_sums(std::array::from_fn(|j| v[j][c])));
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_mul_ps(dx, dy[c]), acc[c][r]);
             }
         }
         b += SB;
     }
+    // The last blocks, one at a time.
     while b < nb {
         for c in 0..C {
             // SAFETY: block b < nb of column c.
-            let (yp, dy) = unsafe {
+            let (y, dy) = unsafe {
                 let p = ys[c].add(b * Q8_0_BYTES);
-                (widen(p.add(2)), f16_at(p))
+                (quants(p, 0), f16_at(p))
             };
             for r in 0..R {
                 // SAFETY: block b < nb of row r.
-                let (s, dx) = unsafe {
+                let (x, dx) = unsafe {
                     let p = xs[r].add(b * Q8_0_BYTES);
-                    (q8_block_sums(p.add(2), yp.0, yp.1), f16_at(p))
+                    (quants(p, 0), f16_at(p))
                 };
-                let f = _mm256_cvtepi32_ps(s);
+                let f = _mm256_cvtepi32_ps(dot(x, _mm256_sign_epi8(x, x), y));
                 acc[c][r] = _mm256_fmadd_ps(f, _mm256_set1_ps(dx * dy), acc[c][r]);
             }
         }
