@@ -77,7 +77,7 @@ mod imp {
         let mut g0 = 0;
         while g0 < rows {
             let ng = (rows - g0).min(4);
-            // SAFETY: `usable` checked AVX-512F/BW/VL/VNNI, AVX2, FMA, F16C;
+            // SAFETY: `vacc_fn` (`Isa::has_avx512`) checked AVX-512F/BW/VL/VNNI, AVX2, FMA, F16C;
             // rows g0..g0 + ng of `acc` (dv values each) and of `p` (v.len()
             // weights from row * p_stride) exist, every V row holds dv values
             // (checked above).

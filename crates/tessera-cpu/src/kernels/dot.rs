@@ -40,6 +40,38 @@ pub const TILE_COLS: usize = 8;
 /// shortest of all the rows given.
 pub type TileFn = fn(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]);
 
+/// The shared body of the SIMD [`TileFn`]s: `xs` x `ys` (cut to
+/// [`TILE_ROWS`] x [`TILE_COLS`]) in sub-tiles of at most `shape(columns)`
+/// rows by columns, each handed to `call(rows, columns, out from its first
+/// column, row offset, n)`, where `n` is the number of whole units in the
+/// shortest row (`xu` bytes per unit of a weight row, `yu` of an activation
+/// row).
+pub(crate) fn for_each_subtile(
+    xs: &[&[u8]],
+    ys: &[&[u8]],
+    out: &mut [[f32; TILE_ROWS]; TILE_COLS],
+    (xu, yu): (usize, usize),
+    shape: impl Fn(usize) -> (usize, usize),
+    mut call: impl FnMut(&[&[u8]], &[&[u8]], &mut [[f32; TILE_ROWS]], usize, usize),
+) {
+    let xs = &xs[..xs.len().min(TILE_ROWS)];
+    let ys = &ys[..ys.len().min(TILE_COLS)];
+    let n = xs
+        .iter()
+        .map(|x| x.len() / xu)
+        .chain(ys.iter().map(|y| y.len() / yu))
+        .min()
+        .unwrap_or(0);
+    let (rmax, cmax) = shape(ys.len());
+    let (rmax, cmax) = (rmax.max(1), cmax.max(1));
+    for (ci, yc) in ys.chunks(cmax).enumerate() {
+        let o = &mut out[ci * cmax..];
+        for (ri, xc) in xs.chunks(rmax).enumerate() {
+            call(xc, yc, &mut *o, ri * rmax, n);
+        }
+    }
+}
+
 /// The type activations are converted to before being dotted with rows of
 /// `weights` (ggml's `vec_dot_type`), or `None` if there is no dot product
 /// for `weights`.

@@ -135,21 +135,14 @@ pub(crate) mod imp {
     macro_rules! safe_tile {
         ($safe:ident, $kernel:ident, $xu:expr, $yu:expr, $r1:expr, $rn:expr, $cn:expr) => {
             fn $safe(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
-                let xs = &xs[..xs.len().min(TILE_ROWS)];
-                let ys = &ys[..ys.len().min(TILE_COLS)];
-                let n = xs
-                    .iter()
-                    .map(|x| x.len() / $xu)
-                    .chain(ys.iter().map(|y| y.len() / $yu))
-                    .min()
-                    .unwrap_or(0);
-                let (rmax, cmax) = if ys.len() == 1 { ($r1, 1) } else { ($rn, $cn) };
-                for (ci, yc) in ys.chunks(cmax).enumerate() {
-                    let o = &mut out[ci * cmax..];
-                    for (ri, xc) in xs.chunks(rmax).enumerate() {
-                        dispatch!($kernel, xc, yc, o, ri * rmax, n);
-                    }
-                }
+                crate::kernels::dot::for_each_subtile(
+                    xs,
+                    ys,
+                    out,
+                    ($xu, $yu),
+                    |cols| if cols == 1 { ($r1, 1) } else { ($rn, $cn) },
+                    |xc, yc, o, off, n| dispatch!($kernel, xc, yc, o, off, n),
+                );
             }
         };
     }

@@ -88,7 +88,7 @@ pub(crate) mod imp {
                     let xp: [*const u8; $r] = std::array::from_fn(|i| $xs[i].as_ptr());
                     let yp: [*const u8; $c] = std::array::from_fn(|i| $ys[i].as_ptr());
                     // SAFETY: the wrapper checked that every row holds `$n`
-                    // units; `usable` checked the CPU features.
+                    // units; `tile_fn` checked the CPU features (`Isa::has_avx512`).
                     let res = unsafe { $kernel::<$r, $c>(xp, yp, $n) };
                     for (o, r) in $out.iter_mut().zip(res.iter()) {
                         if let Some(o) = o.get_mut($off..$off + $r) {
@@ -133,25 +133,14 @@ pub(crate) mod imp {
     macro_rules! safe_tile {
         ($safe:ident, $kernel:ident, $xu:expr, $yu:expr, $rn:expr, $cn:expr, $rw:expr, $cw:expr) => {
             fn $safe(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
-                let xs = &xs[..xs.len().min(TILE_ROWS)];
-                let ys = &ys[..ys.len().min(TILE_COLS)];
-                let n = xs
-                    .iter()
-                    .map(|x| x.len() / $xu)
-                    .chain(ys.iter().map(|y| y.len() / $yu))
-                    .min()
-                    .unwrap_or(0);
-                let (rmax, cmax) = if ys.len() > $cn {
-                    ($rw, $cw)
-                } else {
-                    ($rn, $cn)
-                };
-                for (ci, yc) in ys.chunks(cmax).enumerate() {
-                    let o = &mut out[ci * cmax..];
-                    for (ri, xc) in xs.chunks(rmax).enumerate() {
-                        dispatch!($kernel, xc, yc, o, ri * rmax, n);
-                    }
-                }
+                crate::kernels::dot::for_each_subtile(
+                    xs,
+                    ys,
+                    out,
+                    ($xu, $yu),
+                    |cols| if cols > $cn { ($rw, $cw) } else { ($rn, $cn) },
+                    |xc, yc, o, off, n| dispatch!($kernel, xc, yc, o, off, n),
+                );
             }
         };
     }
