@@ -37,8 +37,8 @@ pub fn run() -> Result<ExitCode> {
                 }
             );
             println!(
-                "    caps: async={} events={} host_buffer={} buffer_from_host_ptr={}",
-                p.caps.async_ops, p.caps.events, p.caps.host_buffer, p.caps.buffer_from_host_ptr
+                "    caps: async={} events={} buffer_from_host_memory={}",
+                p.caps.async_ops, p.caps.events, p.caps.buffer_from_host_memory
             );
             let buft = d.buffer_type();
             println!(

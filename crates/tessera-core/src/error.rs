@@ -21,7 +21,13 @@ pub enum Error {
         /// What is wrong, with the offending shapes or values.
         reason: String,
     },
-    /// A tensor id that does not belong to the graph it was used with.
+    /// A tensor id made by another graph.
+    #[error("tensor id #{id} belongs to another graph")]
+    ForeignTensorId {
+        /// The id's position.
+        id: usize,
+    },
+    /// A tensor id past the end of the graph it was used with.
     #[error("tensor id {id} is not in this graph (it has {len} tensors)")]
     InvalidTensorId {
         /// The id given.

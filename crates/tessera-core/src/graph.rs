@@ -23,24 +23,74 @@ use crate::op::Op;
 pub const MAX_SRC: usize = 6;
 
 /// Index of a tensor in its [`Graph`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TensorId(u32);
+///
+/// An id is the tensor's position in the graph's node list, plus the tag of
+/// the graph that made it: every graph entry point that takes an id checks
+/// it, so an id from another graph is an [`Error::ForeignTensorId`], never a
+/// panic and never silently another tensor. A clone of a graph keeps its tag
+/// (the clone has the same tensors). Equality, ordering and hashing look at
+/// the position only, so two graphs built the same way compare equal.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorId {
+    index: u32,
+    /// The graph's tag; 0 for an id made by [`TensorId::from_index`].
+    graph: u32,
+}
 
 impl TensorId {
     /// The position in the graph's node list.
     pub const fn index(self) -> usize {
-        self.0 as usize
+        self.index as usize
     }
 
-    /// The id at position `index` (validated when used with a graph).
+    /// The id at position `index` of whatever graph it is used with (only
+    /// the range is checked then): for code that walks a graph by position.
     pub const fn from_index(index: u32) -> Self {
-        TensorId(index)
+        TensorId { index, graph: 0 }
+    }
+}
+
+impl PartialEq for TensorId {
+    fn eq(&self, other: &Self) -> bool {
+        self.index == other.index
+    }
+}
+
+impl Eq for TensorId {}
+
+impl std::hash::Hash for TensorId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.index.hash(state);
+    }
+}
+
+impl PartialOrd for TensorId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TensorId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.index.cmp(&other.index)
     }
 }
 
 impl std::fmt::Display for TensorId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "#{}", self.0)
+        write!(f, "#{}", self.index)
+    }
+}
+
+/// A fresh graph tag (never 0).
+fn next_tag() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let t = NEXT.fetch_add(1, Ordering::Relaxed);
+        if t != 0 {
+            return t;
+        }
     }
 }
 
@@ -123,15 +173,56 @@ impl Node {
 }
 
 /// A compute graph: nodes in execution order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Graph {
     nodes: Vec<Node>,
+    /// Tag of the ids this graph hands out (see [`TensorId`]).
+    tag: u32,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
+    }
+}
+
+/// Graphs are equal when their nodes are (tags are not compared).
+impl PartialEq for Graph {
+    fn eq(&self, other: &Self) -> bool {
+        self.nodes == other.nodes
+    }
 }
 
 impl Graph {
     /// An empty graph.
     pub fn new() -> Self {
-        Graph::default()
+        Graph {
+            nodes: Vec::new(),
+            tag: next_tag(),
+        }
+    }
+
+    /// The id of position `i` in this graph.
+    fn id_at(&self, i: usize) -> TensorId {
+        TensorId {
+            index: i as u32,
+            graph: self.tag,
+        }
+    }
+
+    /// `Ok` if `id` may be used with this graph: made by it (or a clone), or
+    /// by [`TensorId::from_index`], and in range.
+    pub fn check_id(&self, id: TensorId) -> Result<()> {
+        if id.graph != 0 && id.graph != self.tag {
+            return Err(Error::ForeignTensorId { id: id.index() });
+        }
+        if id.index() >= self.nodes.len() {
+            return Err(Error::InvalidTensorId {
+                id: id.index(),
+                len: self.nodes.len(),
+            });
+        }
+        Ok(())
     }
 
     /// Number of tensors (leaves and op results).
@@ -146,6 +237,7 @@ impl Graph {
 
     /// The node `id`, or an error if `id` is not in this graph.
     pub fn node(&self, id: TensorId) -> Result<&Node> {
+        self.check_id(id)?;
         self.nodes
             .get(id.index())
             .ok_or_else(|| Error::InvalidTensorId {
@@ -166,7 +258,7 @@ impl Graph {
 
     /// All ids in order.
     pub fn ids(&self) -> impl Iterator<Item = TensorId> + '_ {
-        (0..self.nodes.len() as u32).map(TensorId)
+        (0..self.nodes.len()).map(|i| self.id_at(i))
     }
 
     /// Ids of nodes that an op computes (not leaves), in execution order.
@@ -184,7 +276,7 @@ impl Graph {
         self.nodes
             .iter()
             .position(|n| n.name == name)
-            .map(|i| TensorId(i as u32))
+            .map(|i| self.id_at(i))
     }
 
     /// A new leaf of `dtype` and extents `ne` (at most four), contiguous.
@@ -243,6 +335,7 @@ impl Graph {
     }
 
     fn node_mut(&mut self, id: TensorId) -> Result<&mut Node> {
+        self.check_id(id)?;
         let len = self.nodes.len();
         self.nodes
             .get_mut(id.index())
@@ -254,11 +347,24 @@ impl Graph {
 
     /// Append a node whose sources are already validated to belong to this
     /// graph. Used by the op constructors.
-    pub(crate) fn push(&mut self, node: Node) -> Result<TensorId> {
+    pub(crate) fn push(&mut self, mut node: Node) -> Result<TensorId> {
+        // Every stored id is checked (and carries this graph's tag), so the
+        // ids inside a graph are always valid in it.
+        for s in node.srcs.iter_mut().flatten() {
+            self.check_id(*s)?;
+            *s = self.id_at(s.index());
+        }
+        if let Some(v) = node.view_src.as_mut() {
+            self.check_id(*v)?;
+            *v = self.id_at(v.index());
+        }
         let id = u32::try_from(self.nodes.len())
             .map_err(|_| Error::Overflow("a graph holds at most 2^32 tensors".into()))?;
         self.nodes.push(node);
-        Ok(TensorId(id))
+        Ok(TensorId {
+            index: id,
+            graph: self.tag,
+        })
     }
 
     /// The root of `id`'s memory and the byte offset into it: `(id, 0)` for a
@@ -302,15 +408,5 @@ impl Graph {
             }
         }
         counts
-    }
-}
-
-impl std::ops::Index<TensorId> for Graph {
-    type Output = Node;
-
-    /// Unchecked access for ids known to come from this graph (e.g. from
-    /// [`Graph::ids`]); use [`Graph::node`] for ids from elsewhere.
-    fn index(&self, id: TensorId) -> &Node {
-        &self.nodes[id.index()]
     }
 }

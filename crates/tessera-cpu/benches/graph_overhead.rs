@@ -62,7 +62,7 @@ fn chain_of_1000_adds_2_threads(bencher: divan::Bencher) {
 fn chain_of_1000_adds(bencher: divan::Bencher, threads: usize) {
     let (graph, placement) = add_chain(1000);
     let stream: Arc<dyn Stream> = tessera_cpu::device()
-        .new_stream(&format!("threads={threads}"))
+        .new_stream(&tessera::StreamOptions::new().threads(threads))
         .unwrap();
     bencher.bench_local(|| stream.compute(&graph, &placement).unwrap());
 }
@@ -85,43 +85,4 @@ fn supports_op_of_1000_adds(bencher: divan::Bencher) {
 fn check_complete_of_1000_adds(bencher: divan::Bencher) {
     let (graph, placement) = add_chain(1000);
     bencher.bench_local(|| placement.check_complete(&graph, 0..graph.len()).unwrap());
-}
-
-/// The kernel part alone: the ADD kernel called 1000 times on 16 floats.
-#[divan::bench]
-fn add_kernel_1000_calls(bencher: divan::Bencher) {
-    use tessera_cpu::kernels::{NodeCtx, Scratch, TensorRef, binary};
-    let layout = tessera::Layout::contiguous(DType::F32, &[16]).unwrap();
-    let mut mem = vec![1.0f32; 48];
-    let base = mem.as_mut_ptr() as *mut u8;
-    let t = |i: usize| TensorRef {
-        // SAFETY: `i < 3`: the three 16-float tensors lie inside `mem`.
-        ptr: unsafe { base.add(64 * i) },
-        layout,
-    };
-    let (a, b, d) = (t(0), t(1), t(2));
-    let pool = tessera_cpu::pool::ThreadPool::new(1).unwrap();
-    bencher.bench_local(|| {
-        pool.run(1, &|w| {
-            let mut src = [None; tessera::MAX_SRC];
-            src[0] = Some(a);
-            src[1] = Some(b);
-            let ctx = NodeCtx {
-                op: tessera::Op::Add,
-                dst: d,
-                src,
-                ith: 0,
-                nth: 1,
-                scratch: Scratch {
-                    ptr: std::ptr::null_mut(),
-                    len: 0,
-                },
-                barrier: w.barrier,
-                isa: tessera_cpu::isa::Isa::Scalar,
-            };
-            for _ in 0..1000 {
-                binary::binary(divan::black_box(&ctx)).unwrap();
-            }
-        });
-    });
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 
 use tessera::{
     Buffer, BufferType, Device, DeviceCaps, DeviceFamily, DeviceType, Error, Event, Graph,
-    HostBuffer, HostBufferType, HostMemory, MemoryInfo, Result, Stream, TensorId,
+    HostBuffer, HostBufferType, HostMemory, MemoryInfo, Result, Stream, StreamOptions, TensorId,
 };
 
 use crate::event::CpuEvent;
@@ -41,19 +41,21 @@ impl CpuDevice {
         })
     }
 
-    /// The device's buffer type, concretely typed.
-    pub fn host_buffer_type(&self) -> Arc<HostBufferType> {
+    /// The device's buffer type (host memory), concretely typed. (The
+    /// trait's [`Device::host_buffer_type`] means *pinned* host memory of a
+    /// device with memory of its own; the CPU has none and says `None`.)
+    pub fn cpu_buffer_type(&self) -> Arc<HostBufferType> {
         self.buft.clone()
     }
 
-    /// A new stream, concretely typed; `params` as for [`Device::new_stream`]:
-    /// comma-separated `threads=N` (N >= 1) and `isa=scalar|avx2`.
-    pub fn new_cpu_stream(&self, params: &str) -> Result<Arc<CpuStream>> {
+    /// A new stream, concretely typed; options as for [`Device::new_stream`]
+    /// (see [`CpuStream::with_options`]).
+    pub fn new_cpu_stream(&self, options: &StreamOptions) -> Result<Arc<CpuStream>> {
         let me = self
             .me
             .upgrade()
             .ok_or_else(|| Error::device("CPU", "the device is being dropped"))?;
-        Ok(Arc::new(CpuStream::with_params(me, params)?))
+        Ok(Arc::new(CpuStream::with_options(me, options)?))
     }
 }
 
@@ -77,8 +79,7 @@ impl Device for CpuDevice {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
             async_ops: false,
-            host_buffer: false,
-            buffer_from_host_ptr: true,
+            buffer_from_host_memory: true,
             events: true,
         }
     }
@@ -87,8 +88,8 @@ impl Device for CpuDevice {
         "CPU"
     }
 
-    fn new_stream(&self, params: &str) -> Result<Arc<dyn Stream>> {
-        Ok(self.new_cpu_stream(params)?)
+    fn new_stream(&self, options: &StreamOptions) -> Result<Arc<dyn Stream>> {
+        Ok(self.new_cpu_stream(options)?)
     }
 
     fn buffer_type(&self) -> Arc<dyn BufferType> {

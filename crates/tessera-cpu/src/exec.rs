@@ -213,6 +213,12 @@ impl Executor {
                 .record(graph, placement, (start, end), nth, scratch_bytes);
         }
         let scratch_bytes = self.cache.scratch_bytes;
+        // Hold every touched buffer's lock for the whole run (exclusive where
+        // results are written): the kernels' raw accesses are then ordered
+        // with every other access to those bytes (`HostRegion::new`'s
+        // contract), so another thread's read waits instead of racing.
+        let regions = self.cache.regions(placement);
+        let _guards = tessera::host_region::lock_all(&regions)?;
         self.run(graph, nth, scratch_bytes, abort, isa)
     }
 

@@ -8,8 +8,8 @@
 //! The families nest: `Avx512` uses the AVX2 kernels for the ops that have
 //! no AVX-512 kernel, and every family falls back to the portable kernels.
 
-/// A kernel family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A kernel family (ordered: each nests the ones before it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// Portable Rust, any CPU.
     Scalar,
@@ -64,13 +64,32 @@ impl Isa {
         }
     }
 
-    /// `TESSERA_CPU_ISA` if set and available, else [`Isa::best`].
+    /// `TESSERA_CPU_ISA` if set (falling back as [`Isa::at_most_available`]),
+    /// else [`Isa::best`].
     pub fn from_env() -> Isa {
-        match std::env::var("TESSERA_CPU_ISA").ok().as_deref() {
-            Some("scalar") => Isa::Scalar,
-            Some("avx2") if Isa::Avx2.available() => Isa::Avx2,
-            Some("avx512") if Isa::Avx512.available() => Isa::Avx512,
-            _ => Isa::best(),
+        std::env::var("TESSERA_CPU_ISA")
+            .ok()
+            .and_then(|v| Isa::from_name(&v))
+            .map_or_else(Isa::best, Isa::at_most_available)
+    }
+
+    /// The family named `name` (`scalar`, `avx2`, `avx512`), available or not.
+    pub fn from_name(name: &str) -> Option<Isa> {
+        match name {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
+    }
+
+    /// This family if the CPU has it, else the best it has below it (the
+    /// families nest: AVX-512 falls back to AVX2, AVX2 to portable code).
+    pub fn at_most_available(self) -> Isa {
+        if self.available() {
+            self
+        } else {
+            Isa::best().min(self)
         }
     }
 

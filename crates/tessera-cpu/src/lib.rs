@@ -10,19 +10,24 @@
 //!   tensor to a checked pointer, and run the nodes on the pool ([`pool`])
 //!   with a barrier after each;
 //! - [`support`]: the exact `supports_op` oracle;
-//! - [`kernels`]: one module per op family, ggml's semantics;
-//! - [`isa`]: the instruction set chosen at run time.
+//! - `kernels` (private: they work on raw pointers that only the executor
+//!   vouches for): one module per op family, ggml's semantics;
+//! - [`isa`]: the instruction set chosen at run time;
+//! - [`tuning`]: process-wide knobs for benchmarks and tuning.
 
 pub mod device;
 pub mod event;
 mod exec;
 pub mod isa;
-pub mod kernels;
+#[cfg(test)]
+mod kernel_tests;
+mod kernels;
 pub mod pool;
 mod resolve;
 pub mod stream;
 pub mod support;
 mod sysinfo;
+pub mod tuning;
 
 use std::sync::{Arc, OnceLock};
 

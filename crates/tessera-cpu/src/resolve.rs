@@ -15,7 +15,9 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use tessera::buffer::check_range;
-use tessera::{Buffer, Error, Graph, Layout, MAX_SRC, Node, Op, Placement, Result, TensorId};
+use tessera::{
+    Buffer, Error, Graph, HostRegion, Layout, MAX_SRC, Node, Op, Placement, Result, TensorId,
+};
 
 use crate::kernels::TensorRef;
 use crate::kernels::elem::elem_align;
@@ -125,20 +127,11 @@ fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(Tensor
         None => layout.checked_nbytes()?,
     };
     let buffer = &place.buffer;
-    let size = buffer.size();
-    // `Buffer::name` allocates: only ask for it when reporting an error.
-    if place
-        .offset
-        .checked_add(nbytes)
-        .is_none_or(|end| end > size)
-    {
-        check_range(&buffer.name(), size, place.offset, nbytes)?;
-    }
     let ptr = if nbytes == 0 {
         // Nothing is read or written through an empty tensor's pointer.
         NonNull::<Aligned64>::dangling().as_ptr() as *mut u8
     } else {
-        let base = buffer.host_ptr().ok_or_else(|| {
+        let region = buffer.host_region().ok_or_else(|| {
             Error::unsupported(
                 "CPU",
                 format!(
@@ -148,9 +141,15 @@ fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(Tensor
                 ),
             )
         })?;
-        // SAFETY: `offset + nbytes <= size` was checked above, so the
-        // pointer stays inside the buffer's allocation.
-        unsafe { base.as_ptr().add(place.offset) }
+        // Bounds against the region the buffer vouches for (not `size()`,
+        // which a buffer implementation could get wrong in safe code).
+        check_range(buffer.name(), region.len(), place.offset, nbytes)?;
+        // SAFETY: `offset + nbytes <= region.len()` was checked just above,
+        // so the pointer stays inside the region's memory. Kernels access it
+        // only while the executor holds the region's lock (see
+        // `Executor::compute`), which `HostRegion::new`'s contract makes
+        // sufficient.
+        unsafe { region.as_ptr().add(place.offset) }
     };
     let align = elem_align(layout.dtype);
     if !(ptr as usize).is_multiple_of(align) {
@@ -222,8 +221,12 @@ pub(crate) struct PlanCache {
     keys: Vec<NodeKey>,
     /// Per entry of `ids`: (buffer identity, offset), or (0, 0) if unplaced.
     places: Vec<(usize, usize)>,
-    /// Distinct buffers: the buffer, its size, host pointer and writability.
+    /// Distinct buffers: the buffer, its host region's length and address,
+    /// and its writability.
     buffers: Vec<(Weak<dyn Buffer>, usize, usize, bool)>,
+    /// Per entry of `buffers`: a tensor placed in it, and whether a node of
+    /// the range writes into it (its lock is then taken exclusively).
+    locks: Vec<(u32, bool)>,
     /// Scratch bytes the plan needs.
     pub(crate) scratch_bytes: usize,
 }
@@ -268,6 +271,20 @@ fn place_key(placement: &Placement, id: TensorId) -> (usize, usize) {
 }
 
 impl PlanCache {
+    /// The host regions of every buffer the plan touches, each with whether
+    /// the plan writes into it: what [`tessera::host_region::lock_all`] takes
+    /// before the plan runs. Only valid after [`PlanCache::record`] (or a
+    /// [`PlanCache::hit`]) on the same `placement`.
+    pub(crate) fn regions<'p>(&self, placement: &'p Placement) -> Vec<(HostRegion<'p>, bool)> {
+        self.locks
+            .iter()
+            .filter_map(|&(id, write)| {
+                let place = placement.get(TensorId::from_index(id))?;
+                Some((place.buffer.host_region()?, write))
+            })
+            .collect()
+    }
+
     /// Forget the plan (call before planning, so a failed plan is never reused).
     pub(crate) fn invalidate(&mut self) {
         self.valid = false;
@@ -294,10 +311,11 @@ impl PlanCache {
                 return false;
             }
         }
-        self.buffers.iter().all(|(b, size, ptr, writable)| {
+        self.buffers.iter().all(|(b, len, ptr, writable)| {
             b.upgrade().is_some_and(|b| {
-                b.size() == *size
-                    && b.host_ptr().map_or(0, |p| p.as_ptr() as usize) == *ptr
+                let region = b.host_region();
+                region.map_or(0, |r| r.len()) == *len
+                    && region.map_or(0, |r| r.as_ptr() as usize) == *ptr
                     && b.is_writable() == *writable
             })
         })
@@ -317,6 +335,7 @@ impl PlanCache {
         self.keys.clear();
         self.places.clear();
         self.buffers.clear();
+        self.locks.clear();
         let nodes = graph.nodes();
         let mut ids: Vec<u32> = Vec::new();
         for idx in range.0..range.1 {
@@ -339,17 +358,30 @@ impl PlanCache {
             self.places.push(place_key(placement, tid));
             if let Some(p) = placement.get(tid) {
                 let addr = Arc::as_ptr(&p.buffer) as *const u8 as usize;
-                if !self
+                // A node of the range that computes writes its result here.
+                let written = (range.0..range.1).contains(&(id as usize))
+                    && !n.op.is_leaf()
+                    && !n.op.is_view();
+                match self
                     .buffers
                     .iter()
-                    .any(|(b, ..)| b.as_ptr() as *const u8 as usize == addr)
+                    .position(|(b, ..)| b.as_ptr() as *const u8 as usize == addr)
                 {
-                    self.buffers.push((
-                        Arc::downgrade(&p.buffer),
-                        p.buffer.size(),
-                        p.buffer.host_ptr().map_or(0, |h| h.as_ptr() as usize),
-                        p.buffer.is_writable(),
-                    ));
+                    Some(k) => {
+                        if let Some(l) = self.locks.get_mut(k) {
+                            l.1 |= written;
+                        }
+                    }
+                    None => {
+                        let region = p.buffer.host_region();
+                        self.buffers.push((
+                            Arc::downgrade(&p.buffer),
+                            region.map_or(0, |r| r.len()),
+                            region.map_or(0, |r| r.as_ptr() as usize),
+                            p.buffer.is_writable(),
+                        ));
+                        self.locks.push((id, written));
+                    }
                 }
             }
         }

@@ -7,15 +7,19 @@
 //! (a second caller waits). Streams are cheap to create, but each owns its
 //! threads, so share one where you can.
 //!
-//! Parameters of [`tessera::Device::new_stream`]: comma-separated
-//! `threads=N` (default: `std::thread::available_parallelism`) and
-//! `isa=scalar|avx2` (default: [`Isa::from_env`]); anything else is an error.
+//! Options of [`tessera::Device::new_stream`] ([`tessera::StreamOptions`]):
+//! `threads` (default: `std::thread::available_parallelism`, at most
+//! [`tessera::stream_options::MAX_THREADS`]) and the setting
+//! `isa=scalar|avx2|avx512` (default: [`Isa::from_env`]); any other setting
+//! is an error.
 
 use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tessera::{AbortCallback, Device, Error, Event, Graph, Placement, Result, Stream};
+use tessera::{
+    AbortCallback, Device, Error, Event, Graph, Placement, Result, Stream, StreamOptions,
+};
 
 use crate::device::CpuDevice;
 use crate::event::CpuEvent;
@@ -47,38 +51,23 @@ impl CpuStream {
         })
     }
 
-    /// A stream configured by a parameter string (see the module docs).
-    pub fn with_params(device: Arc<CpuDevice>, params: &str) -> Result<Self> {
-        let mut threads = default_threads();
-        let mut isa = Isa::from_env();
-        for item in params.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let bad = || {
-                Error::unsupported(
-                    "CPU",
-                    format!("stream parameter '{item}' (expected threads=N or isa=scalar|avx2)"),
-                )
-            };
-            let (key, value) = item.split_once('=').ok_or_else(bad)?;
-            match key.trim() {
-                "threads" => {
-                    threads = value
-                        .trim()
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|&n| n >= 1)
-                        .ok_or_else(bad)?;
-                }
-                "isa" => {
-                    isa = match value.trim() {
-                        "scalar" => Isa::Scalar,
-                        "avx2" => Isa::Avx2,
-                        "avx512" => Isa::Avx512,
-                        _ => return Err(bad()),
-                    };
-                }
-                _ => return Err(bad()),
-            }
-        }
+    /// A stream configured by `options` (see the module docs): `threads`,
+    /// and the setting `isa=scalar|avx2|avx512` (a family this CPU lacks
+    /// falls back to the best it has below it, as `TESSERA_CPU_ISA` does).
+    pub fn with_options(device: Arc<CpuDevice>, options: &StreamOptions) -> Result<Self> {
+        options.only("CPU", &["isa"])?;
+        let threads = options.thread_count()?.unwrap_or_else(default_threads);
+        let isa = match options.get("isa") {
+            None => Isa::from_env(),
+            Some(name) => Isa::from_name(name)
+                .ok_or_else(|| {
+                    Error::unsupported(
+                        "CPU",
+                        format!("stream setting 'isa={name}' (expected scalar, avx2 or avx512)"),
+                    )
+                })?
+                .at_most_available(),
+        };
         CpuStream::new(device, threads, isa)
     }
 

@@ -92,6 +92,9 @@ impl BufferType for DeviceMemory {
 }
 
 impl Buffer for DeviceBuffer {
+    fn name(&self) -> &str {
+        "FakeGPU"
+    }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         Arc::new(DeviceMemory)
     }
@@ -398,7 +401,9 @@ fn thread_counts_give_identical_results() {
 #[test]
 fn thread_count_settings() {
     let dev = tessera_cpu::device();
-    let s = dev.new_cpu_stream("threads=2").unwrap();
+    let s = dev
+        .new_cpu_stream(&tessera::StreamOptions::new().threads(2))
+        .unwrap();
     assert_eq!(s.n_threads(), 2);
     assert!(s.set_n_threads(0).is_err());
     s.set_n_threads(5).unwrap();
@@ -409,22 +414,36 @@ fn thread_count_settings() {
     s.set_n_threads(4).unwrap();
     s.compute(&r.graph, &r.placement).unwrap();
     assert_eq!(r.get(last), vec![3.5; 8]);
-    for bad in ["threads=0", "threads=x", "speed=9", "threads"] {
-        assert!(dev.new_stream(bad).is_err(), "{bad}");
+    for bad in [
+        "threads=0",
+        "threads=x",
+        "speed=9",
+        "threads",
+        "threads=100000",
+    ] {
+        let r = tessera::StreamOptions::parse(bad).and_then(|o| dev.new_stream(&o));
+        assert!(r.is_err(), "{bad}");
     }
-    let scalar = dev.new_cpu_stream(" isa=scalar , threads=3 ").unwrap();
+    let opts = |s: &str| tessera::StreamOptions::parse(s).unwrap();
+    let scalar = dev
+        .new_cpu_stream(&opts(" isa=scalar , threads=3 "))
+        .unwrap();
     assert_eq!(scalar.isa(), tessera_cpu::isa::Isa::Scalar);
     assert_eq!(scalar.n_threads(), 3);
     // Each family by name; one the CPU lacks falls back to the best it has.
     use tessera_cpu::isa::Isa;
     for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-        let s = dev.new_cpu_stream(&format!("isa={}", isa.name())).unwrap();
+        let s = dev
+            .new_cpu_stream(&opts(&format!("isa={}", isa.name())))
+            .unwrap();
         let want = if isa.available() { isa } else { Isa::best() };
         assert_eq!(s.isa(), want, "{}", isa.name());
     }
-    assert!(dev.new_cpu_stream("isa=avx1024").is_err());
+    assert!(dev.new_cpu_stream(&opts("isa=avx1024")).is_err());
     assert_eq!(
-        dev.new_cpu_stream("").unwrap().n_threads(),
+        dev.new_cpu_stream(&tessera::StreamOptions::new())
+            .unwrap()
+            .n_threads(),
         tessera_cpu::stream::default_threads()
     );
     let _ = Placement::new(&r.graph);
@@ -446,8 +465,11 @@ impl Buffer for Switchable {
     fn size(&self) -> usize {
         self.inner[0].size()
     }
-    fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
-        self.cur().host_ptr()
+    fn name(&self) -> &str {
+        "switchable"
+    }
+    fn host_region(&self) -> Option<tessera::HostRegion<'_>> {
+        self.cur().host_region()
     }
     fn is_writable(&self) -> bool {
         self.writable.load(Ordering::SeqCst)

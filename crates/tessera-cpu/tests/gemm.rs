@@ -46,7 +46,7 @@ fn nmse(got: &[f64], want: &[f64]) -> f64 {
 fn check(t: DType, k: usize, m: usize, n: usize, bs: [usize; 2], r: [usize; 2], view: BView) {
     // Every product of this file takes the GEMM, whatever its column count
     // (every test sets the same value, so running them in parallel is fine).
-    tessera_cpu::kernels::gemm::set_min_cols_override(Some(1));
+    tessera_cpu::tuning::set_gemm_min_cols(Some(1));
     let mut rng = Rng::new((k * 31 + m * 7 + n) as u64);
     let ne_b = [k, n, bs[0] * r[0], bs[1] * r[1]];
     let mut g = Graph::new();
@@ -64,7 +64,7 @@ fn check(t: DType, k: usize, m: usize, n: usize, bs: [usize; 2], r: [usize; 2], 
     };
     let out = g.mul_mat(a, b).unwrap();
     let r_ = place(g);
-    assert_eq!(r_.graph[b].layout.ne, ne_b, "{view:?}");
+    assert_eq!(r_.graph.node(b).unwrap().layout.ne, ne_b, "{view:?}");
 
     let rows = m * bs[0] * bs[1];
     let row_bytes = t.row_size(k).unwrap();

@@ -267,11 +267,11 @@ fn run(case: &Case) -> Result<Vec<u8>, String> {
     }
     let dev = tessera_cpu::device();
     for id in b.graph.op_ids() {
-        if !b.graph[id].op.is_view() && !dev.supports_op(&b.graph, id) {
+        if !b.graph.node(id).unwrap().op.is_view() && !dev.supports_op(&b.graph, id) {
             return Err(format!(
                 "the CPU device does not support {} ({})",
-                b.graph[id].op.name(),
-                b.graph[id].layout
+                b.graph.node(id).unwrap().op.name(),
+                b.graph.node(id).unwrap().layout
             ));
         }
     }
@@ -286,7 +286,9 @@ fn run(case: &Case) -> Result<Vec<u8>, String> {
             .and_then(|tensor| tensor.write(0, &t.data))
             .map_err(|e| format!("writing input {}: {e}", t.name))?;
     }
-    let stream = dev.new_stream("").map_err(|e| format!("stream: {e}"))?;
+    let stream = dev
+        .new_stream(&tessera::StreamOptions::new())
+        .map_err(|e| format!("stream: {e}"))?;
     stream
         .compute(&b.graph, &placement)
         .map_err(|e| format!("compute: {e}"))?;

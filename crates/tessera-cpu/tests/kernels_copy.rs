@@ -27,7 +27,7 @@ fn cont_of_a_permuted_view_is_the_logical_order() {
         // The reference reads the view element by element through its strides.
         let want = r.get(p);
         for out in [c, d] {
-            assert!(r.graph[out].layout.is_contiguous());
+            assert!(r.graph.node(out).unwrap().layout.is_contiguous());
             assert_eq!(r.get(out), want, "{t}");
         }
     }

@@ -40,7 +40,7 @@ fn binary_ops_broadcast_over_every_dimension() {
                 r.set(b, &rng.vec(12, 0.5, 2.0));
                 r.compute(3).unwrap();
                 let (av, bv) = (r.get(a), r.get(b));
-                let want: Vec<f64> = cpu_util::indices(&r.graph[a].layout)
+                let want: Vec<f64> = cpu_util::indices(&r.graph.node(a).unwrap().layout)
                     .enumerate()
                     .map(|(k, i)| {
                         let y = bv[cpu_util::lin([i[0] % 3, 0, i[2], 0], [3, 1, 4, 1])];
@@ -92,7 +92,7 @@ fn place_in_place(g: Graph, alias: tessera::TensorId, onto: tessera::TensorId) -
     let r = place(g);
     let mut placement = Placement::new(&r.graph);
     for id in r.graph.ids() {
-        if r.graph[id].is_view() {
+        if r.graph.node(id).unwrap().is_view() {
             continue;
         }
         let src = if id == alias { onto } else { id };

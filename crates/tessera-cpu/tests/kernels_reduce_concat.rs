@@ -115,8 +115,8 @@ fn concat_along_every_dimension() {
             );
             r.compute(3).unwrap();
             let (av, bv) = (r.get(a), r.get(b));
-            let one = r.graph[out].layout.ne;
-            let want: Vec<f64> = cpu_util::indices(&r.graph[out].layout)
+            let one = r.graph.node(out).unwrap().layout.ne;
+            let want: Vec<f64> = cpu_util::indices(&r.graph.node(out).unwrap().layout)
                 .map(|mut i| {
                     if i[dim] < ane[dim] {
                         av[lin(i, ane)]

@@ -45,7 +45,7 @@ fn get_rows_of_plain_types() {
         } else {
             DType::F32
         };
-        assert_eq!(r.graph[out].layout.dtype, want_t);
+        assert_eq!(r.graph.node(out).unwrap().layout.dtype, want_t);
         assert_eq!(r.get(out), want, "{t}");
     }
 }
@@ -108,7 +108,7 @@ fn get_rows_rejects_an_index_out_of_range() {
         }
         // Nothing outside the result was written.
         let after = r.bytes();
-        let (o, n) = (r.offset(out), r.graph[out].layout.nbytes());
+        let (o, n) = (r.offset(out), r.graph.node(out).unwrap().layout.nbytes());
         assert_eq!(&before[..o], &after[..o]);
         assert_eq!(&before[o + n..], &after[o + n..]);
     }
@@ -137,7 +137,7 @@ fn set_rows_converts_and_broadcasts_ids() {
             r.set(ids, &idv);
             r.compute(3).unwrap();
             let mut want = before.clone();
-            let ine = r.graph[ids].layout.ne; // [3, 2, 1, 1]
+            let ine = r.graph.node(ids).unwrap().layout.ne; // [3, 2, 1, 1]
             for i3 in 0..2 {
                 for i2 in 0..4 {
                     for i in 0..3 {

@@ -43,7 +43,7 @@ enum Tol {
 fn fill(r: &Placed, inputs: &[(TensorId, Init)], seed: u64) {
     let mut rng = Rng::new(seed);
     for &(id, init) in inputs {
-        let l = r.graph[id].layout;
+        let l = r.graph.node(id).unwrap().layout;
         let n = l.nelements();
         let values: Vec<f64> = match init {
             Init::Uniform(lo, hi) => rng.vec(n, lo, hi),
@@ -65,10 +65,12 @@ fn fill(r: &Placed, inputs: &[(TensorId, Init)], seed: u64) {
 fn compute(case: Case, params: &str) -> (Vec<u8>, DType) {
     let mut g = Graph::new();
     let (inputs, out) = case(&mut g);
-    let dtype = g[out].layout.dtype;
+    let dtype = g.node(out).unwrap().layout.dtype;
     let r = place(g);
     fill(&r, &inputs, 42);
-    let stream = tessera_cpu::device().new_stream(params).unwrap();
+    let stream = tessera_cpu::device()
+        .new_stream(&tessera::StreamOptions::parse(params).unwrap())
+        .unwrap();
     stream.compute(&r.graph, &r.placement).unwrap();
     // Twice: the second compute reuses the cached plan.
     fill(&r, &inputs, 42);
@@ -456,7 +458,9 @@ fn in_place_ops_agree_bit_for_bit() {
                 for id in [c, d, e] {
                     placement.set(&r.graph, id, pb.clone()).unwrap();
                 }
-                let stream = tessera_cpu::device().new_stream(&params).unwrap();
+                let stream = tessera_cpu::device()
+                    .new_stream(&tessera::StreamOptions::parse(&params).unwrap())
+                    .unwrap();
                 // e = rms(a + b) * (a + b) with every result written over b.
                 stream.compute(&r.graph, &placement).unwrap();
                 results.push(r.get_raw(b));

@@ -66,7 +66,10 @@ fn fill(
     leaves: &[tessera::TensorId],
     device: &Arc<dyn Device>,
 ) -> tessera::alloc::TensorSet {
-    let layouts: Vec<_> = leaves.iter().map(|&id| g[id].layout).collect();
+    let layouts: Vec<_> = leaves
+        .iter()
+        .map(|&id| g.node(id).unwrap().layout)
+        .collect();
     let set = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
     for (i, (&id, t)) in leaves.iter().zip(&set.tensors).enumerate() {
         placement.bind(g, id, t).unwrap();
@@ -101,9 +104,9 @@ fn compare_graph_checks_every_node_against_the_reference_device() {
     let _inputs = fill(&g, &mut placement, &leaves, &device);
     let mut galloc = GraphAllocator::new(device.buffer_type());
     galloc.alloc_graph(&g, &mut placement).unwrap();
-    let s1 = device.new_stream("").unwrap();
+    let s1 = device.new_stream(&tessera::StreamOptions::new()).unwrap();
     let r: Arc<dyn Device> = ReferenceDevice::new();
-    let s2 = r.new_stream("").unwrap();
+    let s2 = r.new_stream(&tessera::StreamOptions::new()).unwrap();
     let mut compared = 0;
     let mut worst = 0f64;
     let done = compare_graph(s1.as_ref(), s2.as_ref(), &g, &placement, |id, t1, t2| {
@@ -113,14 +116,17 @@ fn compare_graph_checks_every_node_against_the_reference_device() {
             e < 5e-4,
             "node {} ({}) differs: nmse {e}",
             id,
-            g[id].op.name()
+            g.node(id).unwrap().op.name()
         );
         worst = worst.max(e);
         true
     })
     .unwrap();
     assert!(done);
-    let views = g.op_ids().filter(|&id| g[id].op.is_view()).count();
+    let views = g
+        .op_ids()
+        .filter(|&id| g.node(id).unwrap().op.is_view())
+        .count();
     assert_eq!(
         compared,
         g.op_ids().count() - views,
@@ -140,7 +146,7 @@ fn compare_graph_checks_every_node_against_the_reference_device() {
     // Whole-graph comparison of chosen nodes.
     let outs: Vec<_> = g
         .ids()
-        .filter(|&id| g[id].flags.contains(tessera::Flags::OUTPUT))
+        .filter(|&id| g.node(id).unwrap().flags.contains(tessera::Flags::OUTPUT))
         .collect();
     let mut n_out = 0;
     assert!(

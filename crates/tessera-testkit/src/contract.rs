@@ -49,8 +49,12 @@ fn scale_graph(
     let yi = graph.scale(xi, scale).map_err(err)?;
     graph.set_output(yi).map_err(err)?;
     let mut placement = Placement::new(&graph);
-    let inputs =
-        alloc_tensors(&device.buffer_type(), &[graph[xi].layout], BufferUsage::Any).map_err(err)?;
+    let inputs = alloc_tensors(
+        &device.buffer_type(),
+        &[graph.nodes()[xi.index()].layout],
+        BufferUsage::Any,
+    )
+    .map_err(err)?;
     let x = inputs.tensors[0].clone();
     placement.bind(&graph, xi, &x).map_err(err)?;
     let mut galloc = GraphAllocator::new(device.buffer_type());
@@ -83,7 +87,9 @@ fn expect_eq(what: &str, got: &[f32], want: &[f32]) -> Check {
 /// queued after; the graph may be dropped right after `compute_async`.
 pub fn check_ordering(device: &Arc<dyn Device>) -> Check {
     let n = 1000;
-    let stream = device.new_stream("").map_err(err)?;
+    let stream = device
+        .new_stream(&tessera::StreamOptions::new())
+        .map_err(err)?;
     let sg = scale_graph(device, n, 2.0)?;
     let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let b: Vec<f32> = (0..n).map(|i| -(i as f32)).collect();
@@ -133,8 +139,12 @@ pub fn check_events(device: &Arc<dyn Device>) -> Check {
         return Ok(());
     }
     let n = 4096;
-    let s1 = device.new_stream("").map_err(err)?;
-    let s2 = device.new_stream("").map_err(err)?;
+    let s1 = device
+        .new_stream(&tessera::StreamOptions::new())
+        .map_err(err)?;
+    let s2 = device
+        .new_stream(&tessera::StreamOptions::new())
+        .map_err(err)?;
     let first = scale_graph(device, n, 3.0)?;
     let second = scale_graph(device, n, 0.5)?;
     let v: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
@@ -172,8 +182,8 @@ pub fn check_events(device: &Arc<dyn Device>) -> Check {
 /// `b` lands the bytes before `b`'s later work, whatever path it takes.
 pub fn check_copy_between(a: &Arc<dyn Device>, b: &Arc<dyn Device>) -> Check {
     let n = 777;
-    let sa = a.new_stream("").map_err(err)?;
-    let sb = b.new_stream("").map_err(err)?;
+    let sa = a.new_stream(&tessera::StreamOptions::new()).map_err(err)?;
+    let sb = b.new_stream(&tessera::StreamOptions::new()).map_err(err)?;
     let ga = scale_graph(a, n, 4.0)?;
     let gb = scale_graph(b, n, 0.25)?;
     let v: Vec<f32> = (0..n).map(|i| i as f32 - 300.0).collect();
@@ -194,7 +204,9 @@ pub fn check_copy_between(a: &Arc<dyn Device>, b: &Arc<dyn Device>) -> Check {
 /// Errors surface: computing a graph with an unplaced tensor fails (at the
 /// call or at the next synchronize) and the stream stays usable.
 pub fn check_errors(device: &Arc<dyn Device>) -> Check {
-    let stream = device.new_stream("").map_err(err)?;
+    let stream = device
+        .new_stream(&tessera::StreamOptions::new())
+        .map_err(err)?;
     let mut g = Graph::new();
     let x = g.new_tensor(DType::F32, &[8]).map_err(err)?;
     let y = g.silu(x).map_err(err)?;

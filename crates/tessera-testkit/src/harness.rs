@@ -196,7 +196,7 @@ pub fn run_all(device: &dyn Device, filter: Option<&str>) -> Report {
 
 /// Run the matching cases on one stream of `device` configured by `options`.
 pub fn run_all_with(device: &dyn Device, options: &RunOptions<'_>) -> Result<Report> {
-    let stream = device.new_stream(options.stream_params)?;
+    let stream = device.new_stream(&tessera::StreamOptions::parse(options.stream_params)?)?;
     if let Some(n) = options.n_threads {
         stream.set_n_threads(n)?;
     }
@@ -234,9 +234,13 @@ pub fn run_case(device: &dyn Device, stream: &dyn Stream, case: &Case) -> Outcom
 pub fn unsupported_ops(device: &dyn Device, graph: &Graph) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for id in graph.op_ids() {
-        let op = graph[id].op;
+        let op = graph.nodes()[id.index()].op;
         if !op.is_view() && !device.supports_op(graph, id) {
-            let name = format!("{} ({})", op.display_name(), graph[id].layout);
+            let name = format!(
+                "{} ({})",
+                op.display_name(),
+                graph.nodes()[id.index()].layout
+            );
             if !out.contains(&name) {
                 out.push(name);
             }
@@ -249,7 +253,7 @@ pub fn unsupported_ops(device: &dyn Device, graph: &Graph) -> Vec<String> {
 pub fn initial_leaves(built: &Built, seed: u64) -> Result<Vec<(TensorId, Vec<u8>)>> {
     let g = &built.graph;
     g.leaf_ids()
-        .filter(|&id| !g[id].is_view())
+        .filter(|&id| !g.nodes()[id.index()].is_view())
         .map(|id| {
             let mut rng =
                 Rng::new(seed ^ (id.index() as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -290,8 +294,11 @@ fn plan_slots(graph: &Graph, device: &dyn Device) -> Result<(Vec<Slot>, usize)> 
     let guard = round_up(GUARD_BYTES, align).ok_or_else(ovf)?;
     let mut slots = Vec::new();
     let mut cursor = 0usize;
-    for id in graph.ids().filter(|&id| !graph[id].is_view()) {
-        let layout = graph[id].layout;
+    for id in graph
+        .ids()
+        .filter(|&id| !graph.nodes()[id.index()].is_view())
+    {
+        let layout = graph.nodes()[id.index()].layout;
         let nbytes = layout.checked_nbytes()?;
         let alloc = buft.alloc_size(&layout).max(nbytes);
         let offset = cursor
@@ -368,7 +375,7 @@ fn place(
     buffer.write(0, &pattern)?;
     let mut placement = Placement::new(g);
     for s in slots {
-        let layout = g[s.id].layout;
+        let layout = g.nodes()[s.id.index()].layout;
         buffer.init_tensor(&layout, s.offset)?;
         match leaves.iter().find(|(id, _)| *id == s.id) {
             Some((_, bytes)) => buffer.write(s.offset, bytes)?,
@@ -385,7 +392,7 @@ fn place(
 }
 
 fn describe(g: &Graph, id: TensorId) -> String {
-    let n = &g[id];
+    let n = &g.nodes()[id.index()];
     format!("{} ({} {})", n.label(id), n.op.display_name(), n.layout)
 }
 
@@ -455,11 +462,12 @@ fn check_leaves(
             continue;
         };
         let mut writable = vec![false; before.len()];
-        for w in g
-            .op_ids()
-            .filter(|&w| g[w].op.writes_into_src() && g[w].view_src == Some(*id))
-        {
-            for (a, b) in element_ranges(&g[w].layout, g[w].view_offs) {
+        for w in g.op_ids().filter(|&w| {
+            g.nodes()[w.index()].op.writes_into_src() && g.nodes()[w.index()].view_src == Some(*id)
+        }) {
+            for (a, b) in
+                element_ranges(&g.nodes()[w.index()].layout, g.nodes()[w.index()].view_offs)
+            {
                 writable.iter_mut().take(b).skip(a).for_each(|x| *x = true);
             }
         }
@@ -499,7 +507,7 @@ fn check_results(
     let mut failures = Vec::new();
     let mut max_nmse = 0.0f64;
     for c in &built.checks {
-        let dtype = g[c.id].layout.dtype;
+        let dtype = g.nodes()[c.id.index()].layout.dtype;
         let got = actual
             .load(g, c.id)
             .map_err(|e| format!("reading {}: {e}", describe(g, c.id)))?;

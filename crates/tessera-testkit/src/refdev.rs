@@ -94,7 +94,8 @@ impl Device for ReferenceDevice {
         "REF"
     }
 
-    fn new_stream(&self, _params: &str) -> Result<Arc<dyn Stream>> {
+    fn new_stream(&self, options: &tessera::StreamOptions) -> Result<Arc<dyn Stream>> {
+        options.only("REF", &[])?;
         let device = self
             .me
             .upgrade()
@@ -150,7 +151,7 @@ impl Stream for ReferenceStream {
         let mut mem = RefMemory::new(graph)?;
         let roots: Vec<TensorId> = graph
             .ids()
-            .filter(|&id| !graph[id].is_view() && placement.get(id).is_some())
+            .filter(|&id| !graph.nodes()[id.index()].is_view() && placement.get(id).is_some())
             .collect();
         for &id in &roots {
             let t = placement.tensor(graph, id)?;
@@ -164,7 +165,7 @@ impl Stream for ReferenceStream {
             .skip(range.start)
             .take(end.saturating_sub(range.start))
         {
-            let node = &graph[id];
+            let node = &graph.nodes()[id.index()];
             if node.is_leaf() || node.op.is_view() {
                 continue;
             }

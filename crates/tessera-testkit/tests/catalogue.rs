@@ -41,9 +41,14 @@ fn op_nodes() -> Vec<(Op, DType, Vec<DType>, bool)> {
         let b = c.build().unwrap();
         let g = &b.graph;
         for id in g.op_ids() {
-            let n = &g[id];
-            let srcs: Vec<DType> = n.src_ids().map(|s| g[s].layout.dtype).collect();
-            let strided = n.src_ids().any(|s| !g[s].layout.is_contiguous());
+            let n = &g.node(id).unwrap();
+            let srcs: Vec<DType> = n
+                .src_ids()
+                .map(|s| g.node(s).unwrap().layout.dtype)
+                .collect();
+            let strided = n
+                .src_ids()
+                .any(|s| !g.node(s).unwrap().layout.is_contiguous());
             out.push((n.op, n.layout.dtype, srcs, strided));
         }
     }

@@ -96,7 +96,7 @@ fn a_write_past_the_end_of_an_output_is_caught_by_the_guard() {
     let out = run_broken(ADD, |g, p| {
         let id = last(g);
         let place = p.get(id).unwrap();
-        let n = g[id].layout.nbytes();
+        let n = g.node(id).unwrap().layout.nbytes();
         place.buffer.write(place.offset + n + 3, &[0x00])
     });
     failed_with(

@@ -16,7 +16,7 @@ use std::any::Any;
 use std::sync::{Arc, Weak};
 
 use tessera::buffer::{UsageCell, check_range};
-use tessera::{Buffer, BufferType, BufferUsage, Device, Error, Result};
+use tessera::{Buffer, BufferType, BufferUsage, Copied, Device, Error, Result};
 
 use crate::device::Core;
 use crate::staging;
@@ -150,6 +150,10 @@ impl Buffer for WgpuBuffer {
         self.buft.clone()
     }
 
+    fn name(&self) -> &str {
+        self.buft.name()
+    }
+
     fn size(&self) -> usize {
         self.size
     }
@@ -181,25 +185,25 @@ impl Buffer for WgpuBuffer {
         src: &dyn Buffer,
         src_offset: usize,
         len: usize,
-    ) -> Result<bool> {
+    ) -> Result<Copied> {
         let Some(s) = src.as_any().downcast_ref::<WgpuBuffer>() else {
-            return Ok(false);
+            return Ok(Copied::Fallback);
         };
         if !Arc::ptr_eq(&s.core, &self.core) {
-            return Ok(false);
+            return Ok(Copied::Fallback);
         }
         let (Some(sb), Some(db)) = (s.range(src_offset, len)?, self.range(dst_offset, len)?) else {
-            return Ok(true);
+            return Ok(Copied::Done);
         };
         let same = std::ptr::eq(s, self);
         if same && src_offset < dst_offset + len && dst_offset < src_offset + len {
             // Overlapping ranges of one buffer: let the caller stage through the host.
-            return Ok(false);
+            return Ok(Copied::Fallback);
         }
         let mut batch = crate::batch::Batch::new(&self.core);
         staging::record_copy(&mut batch, &self.core, sb, src_offset, db, dst_offset, len)?;
         batch.submit("copying between buffers")?;
-        Ok(true)
+        Ok(Copied::Done)
     }
 
     fn usage(&self) -> BufferUsage {

@@ -220,8 +220,7 @@ impl Device for WgpuDevice {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
             async_ops: true,
-            host_buffer: true,
-            buffer_from_host_ptr: false,
+            buffer_from_host_memory: false,
             events: true,
         }
     }
@@ -234,11 +233,11 @@ impl Device for WgpuDevice {
         "wgpu"
     }
 
-    fn new_stream(&self, params: &str) -> Result<Arc<dyn Stream>> {
-        if !params.trim().is_empty() {
+    fn new_stream(&self, options: &tessera::StreamOptions) -> Result<Arc<dyn Stream>> {
+        if *options != tessera::StreamOptions::new() {
             return Err(Error::unsupported(
                 &self.core.name,
-                format!("stream parameters '{params}' (wgpu streams take none)"),
+                format!("stream options '{options}' (wgpu streams take none)"),
             ));
         }
         Ok(self.new_wgpu_stream()?)

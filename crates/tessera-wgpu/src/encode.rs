@@ -90,7 +90,7 @@ pub(crate) fn compute(
     let start = range.start.min(end);
     let ids = || (start..end).map(|i| TensorId::from_index(i as u32));
     for id in ids() {
-        let node = &graph[id];
+        let node = &graph.nodes()[id.index()];
         if !node.is_leaf() && !node.op.is_view() && !support::supports_op(graph, id) {
             return Err(Error::unsupported(&core.name, graph.describe_node(id)));
         }
@@ -98,7 +98,7 @@ pub(crate) fn compute(
     placement.check_complete(graph, start..end)?;
     let mut batch = Batch::new(core);
     for id in ids() {
-        let node = &graph[id];
+        let node = &graph.nodes()[id.index()];
         if node.is_leaf() || node.op.is_view() {
             continue;
         }
@@ -257,7 +257,7 @@ fn encode_node(
     placement: &Placement,
     id: TensorId,
 ) -> Result<()> {
-    let node = &graph[id];
+    let node = &graph.nodes()[id.index()];
     let Some(dst) = operand(core, graph, placement, id)? else {
         return Ok(());
     };

@@ -28,8 +28,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use tessera::{
-    AbortCallback, Buffer, Device, Error, Event, Graph, PendingRead, Placement, Result, Stream,
-    Tensor,
+    AbortCallback, Buffer, Copied, Device, Error, Event, Graph, PendingRead, Placement, Result,
+    Stream, Tensor,
 };
 
 use crate::batch::Batch;
@@ -119,9 +119,14 @@ impl Stream for WgpuStream {
         }
     }
 
-    fn copy_from_async(&self, src_stream: &dyn Stream, src: &Tensor, dst: &Tensor) -> Result<bool> {
+    fn copy_from_async(
+        &self,
+        src_stream: &dyn Stream,
+        src: &Tensor,
+        dst: &Tensor,
+    ) -> Result<Copied> {
         let Some(db) = self.own(dst) else {
-            return Ok(false);
+            return Ok(Copied::Fallback);
         };
         let len = src.nbytes();
         if dst.nbytes() != len {
@@ -134,17 +139,17 @@ impl Stream for WgpuStream {
         if let Some(sb) = self.own(src) {
             let (Some(sr), Some(dr)) = (sb.range(src.offset(), len)?, db.range(dst.offset(), len)?)
             else {
-                return Ok(true);
+                return Ok(Copied::Done);
             };
             let same = std::ptr::eq(sb, db);
             let (so, dof) = (src.offset(), dst.offset());
             if same && so < dof + len && dof < so + len {
-                return Ok(false);
+                return Ok(Copied::Fallback);
             }
             let mut batch = Batch::new(&self.core);
             staging::record_copy(&mut batch, &self.core, sr, so, dr, dof, len)?;
             batch.submit("copying a tensor")?;
-            return Ok(true);
+            return Ok(Copied::Done);
         }
         // Another device's memory: read it once the source stream is done,
         // then queue the write here.
@@ -152,7 +157,7 @@ impl Stream for WgpuStream {
         let mut bytes = vec![0u8; len];
         src.read(0, &mut bytes)?;
         db.write(dst.offset(), &bytes)?;
-        Ok(true)
+        Ok(Copied::Done)
     }
 
     fn synchronize(&self) -> Result<()> {

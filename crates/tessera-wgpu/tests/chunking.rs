@@ -55,7 +55,7 @@ fn run(dev: &WgpuDevice, n: usize, min_chunks: usize) {
     );
     let xs: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32) / 500.0 - 1.0).collect();
     p.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
-    let s = dev.new_stream("").unwrap();
+    let s = dev.new_stream(&tessera::StreamOptions::new()).unwrap();
     s.compute(&g, &p).unwrap();
     let want = host_chain(&xs);
     for (id, w) in outs.iter().zip(&want) {
@@ -68,7 +68,7 @@ fn run(dev: &WgpuDevice, n: usize, min_chunks: usize) {
         assert!(
             worst < 1e-5,
             "{}: relative error {worst}",
-            g[*id].label(*id)
+            g.node(*id).unwrap().label(*id)
         );
     }
 }

@@ -43,7 +43,7 @@ fn floats(b: &[u8]) -> Vec<f32> {
 
 /// Two device tensors of `n` F32 bound as `x` and `y` of `g`.
 fn bind(dev: &dyn Device, g: &Graph, x: TensorId, y: TensorId) -> (Placement, Tensor, Tensor) {
-    let l = Layout::contiguous(DType::F32, &[g[x].layout.ne[0]]).unwrap();
+    let l = Layout::contiguous(DType::F32, &[g.node(x).unwrap().layout.ne[0]]).unwrap();
     let set = alloc_tensors(&dev.buffer_type(), &[l, l], tessera::BufferUsage::Compute).unwrap();
     let (tx, ty) = (set.tensors[0].clone(), set.tensors[1].clone());
     let mut p = Placement::new(g);
@@ -60,7 +60,7 @@ fn set_compute_get_are_ordered_and_events_signal() {
     let n = 1 << 20;
     let (g, x, y) = affine_graph(n);
     let (p, tx, ty) = bind(dev.as_ref(), &g, x, y);
-    let s = dev.new_stream("").unwrap();
+    let s = dev.new_stream(&tessera::StreamOptions::new()).unwrap();
     let event = dev.new_event().unwrap();
     assert!(
         event.is_signaled().unwrap(),
@@ -107,7 +107,10 @@ fn a_second_stream_waits_on_an_event_of_the_first() {
     let z = g2.mul(y2, y2).unwrap();
     let (mut p2, _, tz) = bind(dev.as_ref(), &g2, y2, z);
     p2.bind(&g2, y2, &ty).unwrap();
-    let (s1, s2) = (dev.new_stream("").unwrap(), dev.new_stream("").unwrap());
+    let (s1, s2) = (
+        dev.new_stream(&tessera::StreamOptions::new()).unwrap(),
+        dev.new_stream(&tessera::StreamOptions::new()).unwrap(),
+    );
     let e = dev.new_event().unwrap();
     let d = values(n, 0.25);
     s1.set_async(&tx, 0, bytes(&d)).unwrap();
@@ -132,7 +135,7 @@ fn streams_on_several_threads_compute_independently() {
                 let n = 4099 + t;
                 let (g, x, y) = affine_graph(n);
                 let (p, tx, ty) = bind(dev.as_ref(), &g, x, y);
-                let s = dev.new_stream("").unwrap();
+                let s = dev.new_stream(&tessera::StreamOptions::new()).unwrap();
                 for round in 0..8 {
                     let d = values(n, t as f32 + round as f32);
                     s.set_async(&tx, 0, bytes(&d)).unwrap();
@@ -172,7 +175,10 @@ fn two_logical_devices_exchange_tensors() {
     let (g, x, y) = affine_graph(n);
     let (pa, txa, tya) = bind(a.as_ref(), &g, x, y);
     let (pb, txb, tyb) = bind(b.as_ref(), &g, x, y);
-    let (sa, sb) = (a.new_stream("").unwrap(), b.new_stream("").unwrap());
+    let (sa, sb) = (
+        a.new_stream(&tessera::StreamOptions::new()).unwrap(),
+        b.new_stream(&tessera::StreamOptions::new()).unwrap(),
+    );
     let d = values(n, 3.0);
     sa.set_async(&txa, 0, bytes(&d)).unwrap();
     sa.compute_async(&g, &pa, 0..g.len()).unwrap();
@@ -196,8 +202,11 @@ fn compute_errors_are_returned() {
     let Some(dev) = common::device("compute_errors_are_returned") else {
         return;
     };
-    let s = dev.new_stream("").unwrap();
-    assert!(dev.new_stream("threads=4").is_err());
+    let s = dev.new_stream(&tessera::StreamOptions::new()).unwrap();
+    assert!(
+        dev.new_stream(&tessera::StreamOptions::new().threads(4))
+            .is_err()
+    );
     // An op the device does not run: FLASH_ATTN_EXT with V rows over 512.
     let mut g = Graph::new();
     let q = g.input("q", DType::F32, &[16, 1, 1]).unwrap();
@@ -205,7 +214,10 @@ fn compute_errors_are_returned() {
     let v = g.input("v", DType::F16, &[520, 4, 1]).unwrap();
     let o = g.flash_attn_ext(q, k, v, None, 0.25, 0.0, 0.0).unwrap();
     assert!(!dev.supports_op(&g, o));
-    let layouts: Vec<Layout> = [q, k, v, o].iter().map(|&t| g[t].layout).collect();
+    let layouts: Vec<Layout> = [q, k, v, o]
+        .iter()
+        .map(|&t| g.node(t).unwrap().layout)
+        .collect();
     let set = alloc_tensors(&dev.buffer_type(), &layouts, tessera::BufferUsage::Compute).unwrap();
     let mut p = Placement::new(&g);
     for (t, tensor) in [q, k, v, o].iter().zip(&set.tensors) {
@@ -258,7 +270,7 @@ fn a_lost_device_returns_errors() {
         .unwrap();
     let (g, x, y) = affine_graph(64);
     let (p, tx, _) = bind(dev.as_ref(), &g, x, y);
-    let s = dev.new_stream("").unwrap();
+    let s = dev.new_stream(&tessera::StreamOptions::new()).unwrap();
     dev.destroy();
     let lost = |r: tessera::Result<()>| match r {
         Err(Error::Device { message, .. }) => assert!(message.contains("lost"), "{message}"),

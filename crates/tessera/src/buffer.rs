@@ -7,18 +7,40 @@
 //! are default methods carrying ggml's documented fallbacks.
 //!
 //! Buffers are device memory: calls on one buffer from several threads are
-//! memory-safe, but concurrent writes to overlapping ranges, or a write racing
-//! a compute that reads the same bytes, give unspecified contents — order them
-//! with [`crate::Stream::synchronize`] or events, as with any device memory.
+//! memory-safe. Host memory is reached only through a [`HostRegion`], which
+//! only `unsafe` code can vouch for and whose lock orders every access (see
+//! [`crate::host_region`]), so no sequence of safe calls races on it. The
+//! *order* of accesses from several threads or streams is still yours to
+//! choose: order them with [`crate::Stream::synchronize`] or events, as with
+//! any device memory.
+//!
+//! # Copying
+//!
+//! Users copy with [`crate::Tensor::copy_to`] (blocking, whole tensors),
+//! [`copy_between`] (blocking, byte ranges of any two buffers) or
+//! [`crate::copy_async`] (queued on streams). [`Buffer::copy_from`] and
+//! [`crate::Stream::copy_from_async`] are *hooks* for device implementers:
+//! they answer [`Copied::Done`] or [`Copied::Fallback`], and the user-facing
+//! functions take the fallback path.
 
 use std::any::Any;
 use std::fmt::Debug;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::device::Device;
+use crate::host_region::{HostRegion, copy_regions};
 use crate::{Error, Layout, Result};
+
+/// What a copy hook ([`Buffer::copy_from`], [`crate::Stream::copy_from_async`])
+/// did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copied {
+    /// The copy is done (or queued, for a stream).
+    Done,
+    /// This implementation cannot do it; the caller takes the fallback path.
+    Fallback,
+}
 
 /// What a buffer holds; drives placement decisions (ggml's `ggml_backend_buffer_usage`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -80,17 +102,18 @@ pub trait Buffer: Send + Sync + Debug {
     /// The buffer type that allocated it.
     fn buffer_type(&self) -> Arc<dyn BufferType>;
 
-    /// Name (default: the buffer type's).
-    fn name(&self) -> String {
-        self.buffer_type().name().to_owned()
-    }
+    /// Name (usually the buffer type's).
+    fn name(&self) -> &str;
 
     /// Size in bytes.
     fn size(&self) -> usize;
 
-    /// Start of the memory, for host buffers the CPU can address directly;
-    /// `None` for device memory and for empty buffers.
-    fn host_ptr(&self) -> Option<NonNull<u8>> {
+    /// The buffer's bytes as host memory the CPU can address directly, for
+    /// host buffers; `None` for device memory and for empty buffers. Only
+    /// `unsafe` code can make a region ([`HostRegion::new`] states what it
+    /// promises); a safe implementation may forward the region of a buffer
+    /// it owns.
+    fn host_region(&self) -> Option<HostRegion<'_>> {
         None
     }
 
@@ -168,19 +191,20 @@ pub trait Buffer: Send + Sync + Debug {
         Ok(())
     }
 
-    /// Copy `len` bytes from `src` at `src_offset` to this buffer at
+    /// Hook: copy `len` bytes from `src` at `src_offset` to this buffer at
     /// `dst_offset` without going through the host, if this buffer knows how
-    /// (ggml's `cpy_tensor`). `Ok(false)`: not possible, the caller falls back
-    /// to a staging copy. Default: `Ok(false)`.
+    /// (ggml's `cpy_tensor`). [`Copied::Fallback`]: not possible, the caller
+    /// ([`copy_between`]) falls back to a staging copy. Both ranges have been
+    /// checked by the caller. Default: [`Copied::Fallback`].
     fn copy_from(
         &self,
         dst_offset: usize,
         src: &dyn Buffer,
         src_offset: usize,
         len: usize,
-    ) -> Result<bool> {
+    ) -> Result<Copied> {
         let _ = (dst_offset, src, src_offset, len);
-        Ok(false)
+        Ok(Copied::Fallback)
     }
 
     /// Set every byte to `value`.
@@ -260,10 +284,15 @@ impl UsageCell {
     }
 }
 
+/// Largest staging vector of a copy between two non-host buffers: bigger
+/// copies go through it piece by piece.
+const STAGING_BYTES: usize = 16 << 20;
+
 /// Copy `len` bytes between two buffers of any kinds (ggml's
-/// `ggml_backend_tensor_copy` on raw ranges): host source → `dst.write`;
-/// host destination → `src.read`; otherwise the destination's
-/// [`Buffer::copy_from`]; otherwise through a host staging vector.
+/// `ggml_backend_tensor_copy` on raw ranges): host to host directly (both
+/// regions locked); host source → `dst.write`; host destination →
+/// `src.read`; otherwise the destination's [`Buffer::copy_from`] hook;
+/// otherwise through a host staging vector of at most 16 MiB at a time.
 pub fn copy_between(
     src: &dyn Buffer,
     src_offset: usize,
@@ -271,28 +300,45 @@ pub fn copy_between(
     dst_offset: usize,
     len: usize,
 ) -> Result<()> {
-    check_range(&src.name(), src.size(), src_offset, len)?;
-    check_range(&dst.name(), dst.size(), dst_offset, len)?;
+    check_range(src.name(), src.size(), src_offset, len)?;
+    check_range(dst.name(), dst.size(), dst_offset, len)?;
     if len == 0 {
         return Ok(());
     }
-    if let Some(p) = src.host_ptr() {
-        // SAFETY: `p` is the start of `src`'s host memory of `src.size()`
-        // bytes, valid while `src` lives, and the range was checked above.
-        // Concurrent writers to the same range are the caller's contract (see
-        // the module docs); the slice lives only for this call.
-        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(src_offset), len) };
-        return dst.write(dst_offset, bytes);
+    match (src.host_region(), dst.host_region()) {
+        (Some(s), Some(d)) => return copy_regions(&s, src_offset, &d, dst_offset, len),
+        // One side is host memory: the other side's own read/write moves the
+        // bytes, through a staging piece (never a slice over the region's
+        // memory, which another thread may be writing).
+        (Some(_), None) | (None, Some(_)) => {}
+        (None, None) => {
+            if dst.copy_from(dst_offset, src, src_offset, len)? == Copied::Done {
+                return Ok(());
+            }
+        }
     }
-    if let Some(p) = dst.host_ptr() {
-        // SAFETY: as above, for `dst`'s memory; the range was checked.
-        let out = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(dst_offset), len) };
-        return src.read(src_offset, out);
+    let piece = len.min(STAGING_BYTES);
+    let mut staging = try_zeroed(piece, "a copy's staging buffer")?;
+    let mut done = 0;
+    while done < len {
+        let n = piece.min(len - done);
+        let chunk = &mut staging[..n];
+        src.read(src_offset + done, chunk)?;
+        dst.write(dst_offset + done, chunk)?;
+        done += n;
     }
-    if dst.copy_from(dst_offset, src, src_offset, len)? {
-        return Ok(());
-    }
-    let mut staging = vec![0u8; len];
-    src.read(src_offset, &mut staging)?;
-    dst.write(dst_offset, &staging)
+    Ok(())
+}
+
+/// A zeroed vector of `len` bytes, or [`Error::OutOfMemory`] if the host
+/// cannot provide it (never an abort): for sizes a caller chose.
+pub fn try_zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+        device: "host".into(),
+        requested: len,
+        detail: format!("{what}: {e}"),
+    })?;
+    v.resize(len, 0);
+    Ok(v)
 }

@@ -13,6 +13,7 @@ use crate::buffer::{Buffer, BufferType};
 use crate::event::Event;
 use crate::host::HostMemory;
 use crate::stream::Stream;
+use crate::stream_options::StreamOptions;
 use crate::{Error, Graph, Result, TensorId};
 
 /// Kind of device (ggml's `ggml_backend_dev_type`).
@@ -43,16 +44,17 @@ impl DeviceType {
     }
 }
 
-/// What a device can do beyond the basics (ggml's `ggml_backend_dev_caps`).
+/// What a device can do beyond the basics (ggml's `ggml_backend_dev_caps`),
+/// answered without creating anything. Only what no method answers cheaply
+/// is here: whether a device has a pinned host buffer type is
+/// `host_buffer_type().is_some()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCaps {
     /// Stream operations may return before they complete.
     pub async_ops: bool,
-    /// The device has a (pinned) host buffer type.
-    pub host_buffer: bool,
-    /// The device can wrap host memory it does not own in a buffer.
-    pub buffer_from_host_ptr: bool,
-    /// The device creates events.
+    /// [`Device::buffer_from_host_memory`] works (the default refuses).
+    pub buffer_from_host_memory: bool,
+    /// [`Device::new_event`] works (the default refuses).
     pub events: bool,
 }
 
@@ -123,8 +125,9 @@ pub trait Device: Send + Sync + Debug {
     fn family_name(&self) -> &str;
 
     /// A new stream (execution queue) on this device (ggml's
-    /// `ggml_backend_dev_init`). `params` is free-form, device-specific.
-    fn new_stream(&self, params: &str) -> Result<Arc<dyn Stream>>;
+    /// `ggml_backend_dev_init`). A thread count the device cannot honour, or
+    /// a setting it does not know, is an error.
+    fn new_stream(&self, options: &StreamOptions) -> Result<Arc<dyn Stream>>;
 
     /// The preferred buffer type: device memory.
     fn buffer_type(&self) -> Arc<dyn BufferType>;
@@ -141,7 +144,7 @@ pub trait Device: Send + Sync + Debug {
 
     /// Wrap host memory the device does not own (e.g. a memory-mapped file)
     /// in a buffer, with tensors up to `max_tensor_size` bytes. Only when
-    /// `caps().buffer_from_host_ptr`; the default says it is unsupported.
+    /// `caps().buffer_from_host_memory`; the default says it is unsupported.
     fn buffer_from_host_memory(
         &self,
         memory: HostMemory,
@@ -178,5 +181,5 @@ pub trait Device: Send + Sync + Debug {
 pub fn supports_graph(device: &dyn Device, graph: &Graph) -> bool {
     graph
         .op_ids()
-        .all(|id| graph[id].op.is_view() || device.supports_op(graph, id))
+        .all(|id| graph.nodes()[id.index()].op.is_view() || device.supports_op(graph, id))
 }

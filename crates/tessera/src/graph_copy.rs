@@ -31,8 +31,14 @@ pub struct GraphCopy {
 /// buffers of `device`'s buffer type; views are placed over the copies.
 /// Tensors that have no memory in `src` get memory on the device, unwritten.
 pub fn graph_copy(graph: &Graph, src: &Placement, device: &Arc<dyn Device>) -> Result<GraphCopy> {
-    let roots: Vec<TensorId> = graph.ids().filter(|&id| !graph[id].is_view()).collect();
-    let layouts: Vec<_> = roots.iter().map(|&id| graph[id].layout).collect();
+    let roots: Vec<TensorId> = graph
+        .ids()
+        .filter(|&id| !graph.nodes()[id.index()].is_view())
+        .collect();
+    let layouts: Vec<_> = roots
+        .iter()
+        .map(|&id| graph.nodes()[id.index()].layout)
+        .collect();
     let memory = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Any)?;
     let mut placement = Placement::new(graph);
     for (&id, dst) in roots.iter().zip(memory.tensors.iter()) {
@@ -66,7 +72,7 @@ pub fn compare_graph(
 ) -> Result<bool> {
     let copy = graph_copy(graph, placement1, &stream2.device())?;
     for id in graph.op_ids() {
-        if graph[id].op.is_view() {
+        if graph.nodes()[id.index()].op.is_view() {
             continue;
         }
         let range = id.index()..id.index() + 1;

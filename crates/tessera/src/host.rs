@@ -11,8 +11,9 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
-use crate::buffer::{Buffer, BufferType, BufferUsage, UsageCell, check_range};
+use crate::buffer::{Buffer, BufferType, BufferUsage, Copied, UsageCell};
 use crate::device::Device;
+use crate::host_region::{HostAccessLock, HostRegion, copy_regions};
 use crate::{Error, Result};
 
 /// Tensor alignment of host buffers (ggml's `TENSOR_ALIGNMENT` is 32; 64
@@ -77,11 +78,7 @@ impl BufferType for HostBufferType {
             requested: size,
             detail,
         })?;
-        Ok(Arc::new(HostBuffer {
-            mem,
-            buft: self.arc()?,
-            usage: UsageCell::default(),
-        }))
+        Ok(Arc::new(HostBuffer::from_memory(mem, self.arc()?)))
     }
 
     fn alignment(&self) -> usize {
@@ -215,6 +212,7 @@ impl Drop for HostMemory {
 #[derive(Debug)]
 pub struct HostBuffer {
     mem: HostMemory,
+    lock: HostAccessLock,
     buft: Arc<dyn BufferType>,
     usage: UsageCell,
 }
@@ -225,20 +223,17 @@ impl HostBuffer {
     pub fn from_memory(mem: HostMemory, buft: Arc<dyn BufferType>) -> Self {
         HostBuffer {
             mem,
+            lock: HostAccessLock::new(),
             buft,
             usage: UsageCell::default(),
         }
     }
 
-    fn ensure_writable(&self) -> Result<()> {
-        if self.mem.writable {
-            Ok(())
-        } else {
-            Err(Error::unsupported(
-                self.name(),
-                "writes: the buffer maps read-only memory",
-            ))
-        }
+    /// The region, or `Ok(None)` for an empty buffer; a range that does not
+    /// fit is an error naming the buffer.
+    fn region_for(&self, offset: usize, len: usize) -> Result<Option<HostRegion<'_>>> {
+        crate::buffer::check_range(self.name(), self.mem.len, offset, len)?;
+        Ok(self.host_region())
     }
 }
 
@@ -247,12 +242,25 @@ impl Buffer for HostBuffer {
         self.buft.clone()
     }
 
+    fn name(&self) -> &str {
+        self.buft.name()
+    }
+
     fn size(&self) -> usize {
         self.mem.len
     }
 
-    fn host_ptr(&self) -> Option<NonNull<u8>> {
-        self.mem.ptr
+    fn host_region(&self) -> Option<HostRegion<'_>> {
+        let ptr = self.mem.ptr?;
+        // SAFETY: `ptr` addresses `mem.len` initialised bytes (zeroed by
+        // `HostMemory::alloc`, or the owner's slice) that live, unmoved, as
+        // long as `self.mem`, which outlives the borrow of `self`; they are
+        // writable iff `mem.writable` (a read-only owner is never written).
+        // This buffer touches them only through regions made with
+        // `self.lock` (read, write, fill and copy_from below), and nothing
+        // else can reach them: the memory is owned or its owner is boxed
+        // inside `mem` and never accessed again.
+        Some(unsafe { HostRegion::new(ptr, self.mem.len, self.mem.writable, &self.lock) })
     }
 
     fn is_host(&self) -> bool {
@@ -264,39 +272,34 @@ impl Buffer for HostBuffer {
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(&self.name(), self.mem.len, offset, data.len())?;
-        if data.is_empty() {
-            return Ok(());
+        match self.region_for(offset, data.len())? {
+            Some(r) if !data.is_empty() => {
+                if !r.is_writable() {
+                    return Err(read_only(self.name()));
+                }
+                r.write(offset, data)
+            }
+            _ => Ok(()),
         }
-        self.ensure_writable()?;
-        if let Some(p) = self.mem.ptr {
-            // SAFETY: the range is inside the allocation (checked above); the
-            // memory is writable; `copy` tolerates `data` overlapping it.
-            unsafe { std::ptr::copy(data.as_ptr(), p.as_ptr().add(offset), data.len()) };
-        }
-        Ok(())
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range(&self.name(), self.mem.len, offset, out.len())?;
-        if let Some(p) = self.mem.ptr {
-            // SAFETY: the range is inside the allocation (checked above).
-            unsafe { std::ptr::copy(p.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        match self.region_for(offset, out.len())? {
+            Some(r) => r.read(offset, out),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range(&self.name(), self.mem.len, offset, len)?;
-        if len == 0 {
-            return Ok(());
+        match self.region_for(offset, len)? {
+            Some(r) if len > 0 => {
+                if !r.is_writable() {
+                    return Err(read_only(self.name()));
+                }
+                r.fill(offset, len, value)
+            }
+            _ => Ok(()),
         }
-        self.ensure_writable()?;
-        if let Some(p) = self.mem.ptr {
-            // SAFETY: the range is inside the writable allocation (checked above).
-            unsafe { std::ptr::write_bytes(p.as_ptr().add(offset), value, len) };
-        }
-        Ok(())
     }
 
     fn copy_from(
@@ -305,16 +308,16 @@ impl Buffer for HostBuffer {
         src: &dyn Buffer,
         src_offset: usize,
         len: usize,
-    ) -> Result<bool> {
+    ) -> Result<Copied> {
         // Only from another host buffer (as ggml's CPU `cpy_tensor`).
-        let Some(sp) = src.host_ptr() else {
-            return Ok(false);
+        let (Some(s), Some(d)) = (src.host_region(), self.host_region()) else {
+            return Ok(Copied::Fallback);
         };
-        check_range(&src.name(), src.size(), src_offset, len)?;
-        // SAFETY: `sp` addresses `src.size()` bytes and the range was checked.
-        let bytes = unsafe { std::slice::from_raw_parts(sp.as_ptr().add(src_offset), len) };
-        self.write(dst_offset, bytes)?;
-        Ok(true)
+        if !d.is_writable() {
+            return Err(read_only(self.name()));
+        }
+        copy_regions(&s, src_offset, &d, dst_offset, len)?;
+        Ok(Copied::Done)
     }
 
     fn usage(&self) -> BufferUsage {
@@ -328,4 +331,8 @@ impl Buffer for HostBuffer {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+fn read_only(name: &str) -> Error {
+    Error::unsupported(name, "writes: the buffer maps read-only memory")
 }

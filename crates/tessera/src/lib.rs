@@ -24,10 +24,12 @@ pub mod device;
 pub mod event;
 pub mod graph_copy;
 pub mod host;
+pub mod host_region;
 pub mod multi_buffer;
 pub mod placement;
 pub mod registry;
 pub mod stream;
+pub mod stream_options;
 pub mod tensor;
 
 pub use tessera_core::{
@@ -37,13 +39,15 @@ pub use tessera_core::{
 };
 
 pub use alloc::{GraphAllocator, LinearAllocator, TensorSet, alloc_tensors, alloc_tensors_size};
-pub use buffer::{Buffer, BufferType, BufferUsage, copy_between, same_buffer_type};
+pub use buffer::{Buffer, BufferType, BufferUsage, Copied, copy_between, same_buffer_type};
 pub use device::{Device, DeviceCaps, DeviceProps, DeviceType, MemoryInfo, supports_graph};
 pub use event::Event;
 pub use graph_copy::{GraphCopy, compare_graph, compare_graph_nodes, graph_copy};
 pub use host::{HostBuffer, HostBufferType, HostMemory};
+pub use host_region::{HostAccessLock, HostGuard, HostRegion};
 pub use multi_buffer::MultiBuffer;
 pub use placement::{Place, Placement};
 pub use registry::{DeviceFamily, Registry};
 pub use stream::{AbortCallback, PendingRead, Stream, copy_async};
+pub use stream_options::StreamOptions;
 pub use tensor::Tensor;

@@ -48,6 +48,10 @@ impl Buffer for MultiBuffer {
         self.buft.clone()
     }
 
+    fn name(&self) -> &str {
+        self.buft.name()
+    }
+
     fn size(&self) -> usize {
         self.parts.iter().map(|p| p.size()).sum()
     }

@@ -61,7 +61,7 @@ impl Placement {
     /// Place `id` (used by allocators). Checks the bytes fit in the buffer.
     pub fn set(&mut self, graph: &Graph, id: TensorId, place: Place) -> Result<()> {
         let n = graph.node(id)?.layout.checked_nbytes()?;
-        crate::buffer::check_range(&place.buffer.name(), place.buffer.size(), place.offset, n)?;
+        crate::buffer::check_range(place.buffer.name(), place.buffer.size(), place.offset, n)?;
         self.fit(graph);
         self.places[id.index()] = Some(place);
         Ok(())
@@ -107,7 +107,7 @@ impl Placement {
     pub fn place_views(&mut self, graph: &Graph) -> Result<()> {
         self.fit(graph);
         for id in graph.ids() {
-            let node = &graph[id];
+            let node = &graph.nodes()[id.index()];
             if let Some(rp) = node.view_src.and_then(|root| self.get(root).cloned()) {
                 let offset = rp
                     .offset
@@ -145,14 +145,14 @@ impl Placement {
             .skip(range.start)
             .take(end.saturating_sub(range.start))
         {
-            let node = &graph[node_id];
+            let node = &graph.nodes()[node_id.index()];
             if node.is_leaf() {
                 continue;
             }
             for id in std::iter::once(node_id).chain(node.src_ids()) {
                 if self.get(id).is_none() {
                     return Err(Error::Unallocated {
-                        tensor: graph[id].name.clone(),
+                        tensor: graph.nodes()[id.index()].name.clone(),
                         id: id.index(),
                     });
                 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::device::{Device, DeviceType};
 use crate::stream::Stream;
+use crate::stream_options::StreamOptions;
 use crate::{Error, Result};
 
 /// A family of devices (ggml's reg).
@@ -126,20 +127,20 @@ impl Registry {
     }
 
     /// A stream on the device named `name`.
-    pub fn init_by_name(&self, name: &str, params: &str) -> Result<Arc<dyn Stream>> {
-        self.device_by_name(name)?.new_stream(params)
+    pub fn init_by_name(&self, name: &str, options: &StreamOptions) -> Result<Arc<dyn Stream>> {
+        self.device_by_name(name)?.new_stream(options)
     }
 
     /// A stream on the first device of type `t`.
-    pub fn init_by_type(&self, t: DeviceType, params: &str) -> Result<Arc<dyn Stream>> {
-        self.device_by_type(t)?.new_stream(params)
+    pub fn init_by_type(&self, t: DeviceType, options: &StreamOptions) -> Result<Arc<dyn Stream>> {
+        self.device_by_type(t)?.new_stream(options)
     }
 
     /// A stream on the best device: a GPU, else an integrated GPU, else the CPU.
     pub fn init_best(&self) -> Result<Arc<dyn Stream>> {
         for t in [DeviceType::Gpu, DeviceType::IGpu, DeviceType::Cpu] {
             if let Ok(d) = self.device_by_type(t) {
-                return d.new_stream("");
+                return d.new_stream(&StreamOptions::new());
             }
         }
         Err(Error::NotFound(

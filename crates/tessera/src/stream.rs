@@ -37,6 +37,7 @@ use std::fmt::{self, Debug};
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::buffer::Copied;
 use crate::device::Device;
 use crate::event::Event;
 use crate::placement::Placement;
@@ -103,13 +104,18 @@ pub trait Stream: Send + Sync + Debug {
         Ok(PendingRead::ready(out))
     }
 
-    /// Queue on this (destination) stream a copy of `src` into `dst`, ordered
-    /// after everything queued on `src_stream` (contract item 3). Returns
-    /// `Ok(false)` if this stream cannot do it natively; [`copy_async`] then
-    /// falls back. Default: `Ok(false)`.
-    fn copy_from_async(&self, src_stream: &dyn Stream, src: &Tensor, dst: &Tensor) -> Result<bool> {
+    /// Hook: queue on this (destination) stream a copy of `src` into `dst`,
+    /// ordered after everything queued on `src_stream` (contract item 3).
+    /// [`Copied::Fallback`] if this stream cannot do it natively;
+    /// [`copy_async`] then falls back. Default: [`Copied::Fallback`].
+    fn copy_from_async(
+        &self,
+        src_stream: &dyn Stream,
+        src: &Tensor,
+        dst: &Tensor,
+    ) -> Result<Copied> {
         let _ = (src_stream, src, dst);
-        Ok(false)
+        Ok(Copied::Fallback)
     }
 
     /// Wait until everything queued has completed (contract item 6).
@@ -153,7 +159,10 @@ pub trait Stream: Send + Sync + Debug {
     }
 
     /// Install (or remove) a callback polled during compute; when it returns
-    /// `true` the compute stops with [`Error::Aborted`]. Default: unsupported.
+    /// `true` the compute stops with [`Error::Aborted`]. The callback runs
+    /// while the compute holds its buffers (a host buffer's lock, see
+    /// [`crate::host_region`]): it must not read or write the tensors of the
+    /// running compute, or it waits for itself. Default: unsupported.
     fn set_abort_callback(&self, callback: Option<AbortCallback>) -> Result<()> {
         let _ = callback;
         Err(Error::unsupported(self.name(), "abort callbacks"))
@@ -180,7 +189,7 @@ pub fn copy_async(
             dst.layout()
         )));
     }
-    if dst_stream.copy_from_async(src_stream, src, dst)? {
+    if dst_stream.copy_from_async(src_stream, src, dst)? == Copied::Done {
         return Ok(());
     }
     src_stream.synchronize()?;

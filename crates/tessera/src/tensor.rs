@@ -23,7 +23,7 @@ impl Tensor {
     /// bytes lie inside the buffer.
     pub fn new(layout: Layout, buffer: Arc<dyn Buffer>, offset: usize) -> Result<Self> {
         let n = layout.checked_nbytes()?;
-        check_range(&buffer.name(), buffer.size(), offset, n)?;
+        check_range(buffer.name(), buffer.size(), offset, n)?;
         Ok(Tensor {
             layout,
             buffer,

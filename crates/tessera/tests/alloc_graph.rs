@@ -90,7 +90,7 @@ fn no_in_place_for_mul_mat() {
     let h = ok(g.scale(x, 0.5));
     let y = ok(g.mul_mat(w, h));
     ok(g.set_output(y));
-    assert_eq!(g[y].layout, g[h].layout);
+    assert_eq!(g.node(y).unwrap().layout, g.node(h).unwrap().layout);
     let (p, _) = run(&g, &host(), &[w, x]);
     assert!(!overlap(&g, &p, y, h));
 }
@@ -143,7 +143,11 @@ fn inputs_never_overlap_the_intermediates_computed_before_their_use() {
     ok(g.set_output(y));
     let (p, _) = run(&g, &host(), &[a]);
     for &t in &temps {
-        assert!(!overlap(&g, &p, x, t), "input x overlaps {}", g[t].label(t));
+        assert!(
+            !overlap(&g, &p, x, t),
+            "input x overlaps {}",
+            g.node(t).unwrap().label(t)
+        );
     }
 }
 
@@ -163,7 +167,11 @@ fn outputs_are_never_reused() {
     }
     let (p, _) = run(&g, &host(), &[a]);
     for &l in &later {
-        assert!(!overlap(&g, &p, o, l), "output overlaps {}", g[l].label(l));
+        assert!(
+            !overlap(&g, &p, o, l),
+            "output overlaps {}",
+            g.node(l).unwrap().label(l)
+        );
     }
 }
 
@@ -186,7 +194,7 @@ fn the_root_of_an_output_view_is_never_reused() {
         assert!(
             !overlap(&g, &p, r, l),
             "output view's root overlaps {}",
-            g[l].label(l)
+            g.node(l).unwrap().label(l)
         );
     }
 }
@@ -337,13 +345,13 @@ fn reserve_size_per_buffer_type_with_shared_types() {
             panic!("{name}: {e}");
         }
         for id in g.ids() {
-            if g[id].view_src.is_none() && !binds.contains(&id) {
+            if g.node(id).unwrap().view_src.is_none() && !binds.contains(&id) {
                 let want = if ids[id.index()] == 1 { "B" } else { "CPU" };
                 assert_eq!(
                     place(&p, &g, id).buffer.name(),
                     want,
                     "{name}: {}",
-                    g[id].label(id)
+                    g.node(id).unwrap().label(id)
                 );
             }
         }
@@ -374,7 +382,7 @@ fn chunked_plans_keep_every_tensor_inside_one_small_chunk() {
         let pl = place(&p, &g, id);
         assert!(chunks.iter().any(|c| same(c, &pl.buffer)));
         assert!(pl.buffer.size() <= 4096);
-        assert!(pl.offset + g[id].layout.nbytes() <= pl.buffer.size());
+        assert!(pl.offset + g.node(id).unwrap().layout.nbytes() <= pl.buffer.size());
         assert_eq!(pl.offset % 64, 0);
     }
 }

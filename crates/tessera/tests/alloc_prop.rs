@@ -120,12 +120,12 @@ fn build(spec: &Spec) -> (Graph, Vec<TensorId>) {
             Step::MulMat(a, b) => g.mul_mat(pick(a), pick(b)),
             Step::Reshape(a) => {
                 let a = pick(a);
-                let n = g[a].layout.nelements();
+                let n = g.node(a).unwrap().layout.nelements();
                 g.reshape(a, &[n])
             }
             Step::View(a, second) => {
                 let a = pick(a);
-                let half = g[a].layout.nelements() / 2;
+                let half = g.node(a).unwrap().layout.nelements() / 2;
                 g.view_1d(a, half, if *second { half * 4 } else { 0 })
             }
             Step::Transpose(a) => g.transpose(pick(a)),
@@ -169,9 +169,9 @@ proptest! {
         // A planned tensor larger than its buffer type's maximum: both the
         // size query and the reservation fail with OutOfMemory.
         let too_big = g.ids().any(|id| {
-            g[id].view_src.is_none()
+            g.node(id).unwrap().view_src.is_none()
                 && !binds.contains(&id)
-                && g[id].layout.nbytes().next_multiple_of(64) > bufts[ids[id.index()]].max_size()
+                && g.node(id).unwrap().layout.nbytes().next_multiple_of(64) > bufts[ids[id.index()]].max_size()
         });
         if too_big {
             let size = alloc.reserve_size(&g, &p, Some(&ids));
@@ -200,7 +200,7 @@ proptest! {
         }
         for id in g.ids() {
             let pl = place(&p, &g, id);
-            prop_assert!(pl.offset + g[id].layout.nbytes() <= pl.buffer.size());
+            prop_assert!(pl.offset + g.node(id).unwrap().layout.nbytes() <= pl.buffer.size());
         }
 
         // Again, with a fresh placement: the fast path, the same places.

@@ -42,7 +42,7 @@ fn host_buffers_check_bounds_and_fail_cleanly() {
     assert_eq!(zero, [0; 8]);
     let e = buft.alloc_buffer(0).unwrap();
     assert_eq!(e.size(), 0);
-    assert!(e.host_ptr().is_none());
+    assert!(e.host_region().is_none());
     e.write(0, &[]).unwrap();
 }
 
@@ -139,7 +139,7 @@ fn placements_bind_check_and_place_views() {
     let mut p = Placement::new(&g);
     let wrong = Tensor::new(Layout::contiguous(DType::F32, &[4]).unwrap(), b.clone(), 0).unwrap();
     assert!(p.bind(&g, x, &wrong).is_err(), "layout mismatch");
-    let tx = Tensor::new(g[x].layout, b.clone(), 64).unwrap();
+    let tx = Tensor::new(g.node(x).unwrap().layout, b.clone(), 64).unwrap();
     assert!(p.bind(&g, v, &tx).is_err(), "views are not bindable");
     p.bind(&g, x, &tx).unwrap();
     match p.check_complete(&g, 0..g.len()) {
@@ -152,7 +152,7 @@ fn placements_bind_check_and_place_views() {
         p.check_complete(&g, 0..g.len()),
         Err(Error::Unallocated { .. })
     ));
-    let ts = Tensor::new(g[s].layout, b.clone(), 128).unwrap();
+    let ts = Tensor::new(g.node(s).unwrap().layout, b.clone(), 128).unwrap();
     p.bind(&g, s, &ts).unwrap();
     p.check_complete(&g, 0..g.len()).unwrap();
     assert!(
@@ -191,6 +191,9 @@ struct DeviceMem {
 }
 
 impl Buffer for DeviceMem {
+    fn name(&self) -> &str {
+        "device-mem"
+    }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         self.buft.clone()
     }
@@ -352,7 +355,7 @@ impl Device for NullDevice {
     fn family_name(&self) -> &str {
         "NULL"
     }
-    fn new_stream(&self, _params: &str) -> Result<Arc<dyn Stream>> {
+    fn new_stream(&self, _options: &tessera::StreamOptions) -> Result<Arc<dyn Stream>> {
         Ok(Arc::new(PlainStream {
             syncs: Mutex::new(0),
         }))

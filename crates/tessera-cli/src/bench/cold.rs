@@ -57,7 +57,7 @@ pub fn measure(
     // Every leaf in one allocation: the weight copies, then the other inputs.
     let mut ids = weights.clone();
     ids.extend_from_slice(&leaves[1..]);
-    let layouts: Vec<Layout> = ids.iter().map(|&id| g[id].layout).collect();
+    let layouts: Vec<Layout> = ids.iter().map(|&id| g.nodes()[id.index()].layout).collect();
     let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
     let mut placement = Placement::new(&g);
     for (i, (&id, t)) in ids.iter().zip(&inputs.tensors).enumerate() {
@@ -67,13 +67,16 @@ pub fn measure(
         placement.bind(&g, id, t)?;
     }
     // As the cached measurement: every node writes the same output memory.
-    let outs: Vec<TensorId> = g.op_ids().filter(|&id| !g[id].is_view()).collect();
+    let outs: Vec<TensorId> = g
+        .op_ids()
+        .filter(|&id| !g.nodes()[id.index()].is_view())
+        .collect();
     let Some(&first) = outs.first() else {
         return Ok(String::new());
     };
     let out_set = alloc_tensors(
         &device.buffer_type(),
-        &[g[first].layout],
+        &[g.nodes()[first.index()].layout],
         BufferUsage::Compute,
     )?;
     for &id in &outs {

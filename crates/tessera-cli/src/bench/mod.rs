@@ -79,7 +79,7 @@ pub fn run_machine() -> Result<ExitCode> {
 
 pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     let device = Registry::global().device_by_name(args.device.as_deref().unwrap_or("CPU"))?;
-    let stream = device.new_stream("")?;
+    let stream = device.new_stream(&tessera::StreamOptions::new())?;
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -225,7 +225,10 @@ fn run_case(
     let n_runs = ((target / cost) as usize).min(8192 - case.leaves.len()) + 1;
     let (graph, leaves) = build(case, n_runs)?;
     let mut placement = Placement::new(&graph);
-    let layouts: Vec<Layout> = leaves.iter().map(|&id| graph[id].layout).collect();
+    let layouts: Vec<Layout> = leaves
+        .iter()
+        .map(|&id| graph.nodes()[id.index()].layout)
+        .collect();
     let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
     for ((&id, t), l) in leaves.iter().zip(&inputs.tensors).zip(&case.leaves) {
         fill::fill(t, l.fill)?;
@@ -234,12 +237,15 @@ fn run_case(
     // As test-backend-ops (which adds the same node n_runs times), every
     // duplicate writes the same output memory; ops that write into a source
     // (CPY) are views of it already.
-    let outs: Vec<TensorId> = graph.op_ids().filter(|&id| !graph[id].is_view()).collect();
+    let outs: Vec<TensorId> = graph
+        .op_ids()
+        .filter(|&id| !graph.nodes()[id.index()].is_view())
+        .collect();
     let out_mem = match outs.first() {
         Some(&first) => {
             let set = alloc_tensors(
                 &device.buffer_type(),
-                &[graph[first].layout],
+                &[graph.nodes()[first.index()].layout],
                 BufferUsage::Compute,
             )?;
             for &id in &outs {
@@ -334,7 +340,7 @@ fn graph_overhead(
     name: &str,
     with_ggml: bool,
 ) -> Result<String> {
-    let stream = device.new_stream("")?;
+    let stream = device.new_stream(&tessera::StreamOptions::new())?;
     let _ = stream.set_n_threads(nth);
     let mut g = Graph::new();
     let a = g.new_tensor(DType::F32, &[16])?;
@@ -345,7 +351,7 @@ fn graph_overhead(
     }
     g.set_output(x)?;
     let mut placement = Placement::new(&g);
-    let layouts = [g[a].layout, g[b].layout];
+    let layouts = [g.nodes()[a.index()].layout, g.nodes()[b.index()].layout];
     let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Any)?;
     placement.bind(&g, a, &inputs.tensors[0])?;
     placement.bind(&g, b, &inputs.tensors[1])?;

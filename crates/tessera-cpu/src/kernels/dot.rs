@@ -122,6 +122,7 @@ pub fn tile_f32_fn(weights: DType, isa: Isa) -> Option<TileFn> {
 /// Every multi-row dot product this CPU can run for `weights`, by name
 /// ("avx2", "avx512"), with activations in the dot type (`f32_act` false) or
 /// in f32 ([`tile_f32_fn`]): for tests that check each one.
+#[cfg(test)]
 pub fn tile_kernels(weights: DType, f32_act: bool) -> Vec<(&'static str, TileFn)> {
     let mut v = Vec::new();
     if !Isa::Avx2.available() {

@@ -105,6 +105,7 @@ impl Simd {
     }
 
     /// The portable primitives.
+    #[cfg(test)]
     pub const fn portable() -> Self {
         Simd { avx2: false }
     }

@@ -29,11 +29,11 @@ pub fn place(graph: Graph) -> Placed {
     let mut offsets = vec![None; graph.len()];
     let mut end = 0usize;
     for id in graph.ids() {
-        if graph[id].is_view() {
+        if graph.node(id).unwrap().is_view() {
             continue;
         }
         offsets[id.index()] = Some(end);
-        end = (end + graph[id].layout.nbytes() + 64).div_ceil(64) * 64;
+        end = (end + graph.node(id).unwrap().layout.nbytes() + 64).div_ceil(64) * 64;
     }
     let buffer = tessera_cpu::device()
         .buffer_type()
@@ -78,7 +78,7 @@ impl Placed {
 
     /// Write `values` (logical row-major order) into `id`, converted to its type.
     pub fn set(&self, id: TensorId, values: &[f64]) {
-        let l = self.graph[id].layout;
+        let l = self.graph.node(id).unwrap().layout;
         assert_eq!(values.len(), l.nelements(), "value count for {}", l);
         let mut bytes = self.bytes();
         let base = self.offset(id);
@@ -96,7 +96,7 @@ impl Placed {
 
     /// The values of `id` in logical row-major order, as f64.
     pub fn get(&self, id: TensorId) -> Vec<f64> {
-        let l = self.graph[id].layout;
+        let l = self.graph.node(id).unwrap().layout;
         let bytes = self.bytes();
         let base = self.offset(id);
         indices(&l)
@@ -109,7 +109,7 @@ impl Placed {
 
     /// The raw bytes of a contiguous tensor.
     pub fn get_raw(&self, id: TensorId) -> Vec<u8> {
-        let l = self.graph[id].layout;
+        let l = self.graph.node(id).unwrap().layout;
         let mut out = vec![0u8; l.nbytes()];
         self.buffer.read(self.offset(id), &mut out).unwrap();
         out
@@ -125,7 +125,7 @@ impl Placed {
 /// A CPU stream with `threads` threads.
 pub fn stream(threads: usize) -> Arc<dyn Stream> {
     tessera_cpu::device()
-        .new_stream(&format!("threads={threads}"))
+        .new_stream(&tessera::StreamOptions::new().threads(threads))
         .unwrap()
 }
 

@@ -159,7 +159,7 @@ impl GraphAllocator {
         }
         for id in graph.ids() {
             let i = id.index();
-            if preplaced.get(i).copied().unwrap_or(true) || graph[id].is_view() {
+            if preplaced.get(i).copied().unwrap_or(true) || graph.nodes()[id.index()].is_view() {
                 continue;
             }
             let a = plan
@@ -174,16 +174,17 @@ impl GraphAllocator {
                 .ok_or_else(|| internal("missing chunk buffer"))?
                 .clone();
             let offset = a.addr.offset;
-            buffer.init_tensor(&graph[id].layout, offset)?;
+            buffer.init_tensor(&graph.nodes()[id.index()].layout, offset)?;
             placement.set(graph, id, Place { buffer, offset })?;
         }
         placement.place_views(graph)?;
         for id in graph.ids() {
-            if graph[id].is_view()
+            if graph.nodes()[id.index()].is_view()
                 && !preplaced.get(id.index()).copied().unwrap_or(true)
                 && let Some(p) = placement.get(id)
             {
-                p.buffer.init_tensor(&graph[id].layout, p.offset)?;
+                p.buffer
+                    .init_tensor(&graph.nodes()[id.index()].layout, p.offset)?;
             }
         }
         Ok(())
@@ -287,14 +288,14 @@ impl GraphAllocator {
             .map(|id| placement.get(id).is_some_and(|p| !self.is_own(&p.buffer)))
             .collect();
         for id in graph.ids() {
-            if let Some(root) = graph[id].view_src
+            if let Some(root) = graph.nodes()[id.index()].view_src
                 && pre[id.index()]
                 && !pre[root.index()]
             {
                 return Err(Error::InvalidLayout(format!(
                     "view {} is placed but its root {} is not: bind the root instead",
-                    graph[id].label(id),
-                    graph[root].label(root)
+                    graph.nodes()[id.index()].label(id),
+                    graph.nodes()[root.index()].label(root)
                 )));
             }
         }
@@ -314,7 +315,7 @@ impl GraphAllocator {
             if plan.signature[i] != NodeSig::of(graph, id) {
                 return Ok(false);
             }
-            if preplaced[i] || graph[id].is_view() {
+            if preplaced[i] || graph.nodes()[id.index()].is_view() {
                 continue;
             }
             let Some(a) = plan.allocs[i] else {
@@ -324,7 +325,7 @@ impl GraphAllocator {
                 .bufts
                 .get(a.buffer_id)
                 .ok_or_else(|| internal("buffer type"))?;
-            if tensor_alloc_size(buft.as_ref(), &graph[id].layout)? > a.size_max {
+            if tensor_alloc_size(buft.as_ref(), &graph.nodes()[id.index()].layout)? > a.size_max {
                 return Ok(false);
             }
             if self.planner_chunks(a.buffer_id).is_err() {
@@ -332,7 +333,7 @@ impl GraphAllocator {
             }
         }
         for &(node, parent) in &plan.inplace {
-            let (n, p) = (&graph[node], &graph[parent]);
+            let (n, p) = (&graph.nodes()[node.index()], &graph.nodes()[parent.index()]);
             if !n.layout.same_layout(&p.layout) || (p.is_view() && p.view_offs != 0) {
                 return Ok(false);
             }

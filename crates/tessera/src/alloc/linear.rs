@@ -60,7 +60,7 @@ impl LinearAllocator {
             .filter(|&e| e <= self.buffer.size());
         let Some(end) = end else {
             return Err(Error::OutOfMemory {
-                device: self.buffer.name(),
+                device: self.buffer.name().to_owned(),
                 requested: size,
                 detail: format!(
                     "a {layout} tensor needs {size} bytes but buffer '{}' of {} bytes has {} left",

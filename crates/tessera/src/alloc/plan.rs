@@ -72,7 +72,7 @@ pub(super) struct NodeSig {
 
 impl NodeSig {
     pub(super) fn of(graph: &Graph, id: TensorId) -> Self {
-        let n = &graph[id];
+        let n = &graph.nodes()[id.index()];
         NodeSig {
             op: n.op.name(),
             srcs: n.srcs,
@@ -102,7 +102,7 @@ pub(super) struct Plan {
 pub(super) fn validate_graph(graph: &Graph) -> Result<()> {
     let len = graph.len();
     for id in graph.ids() {
-        let node = &graph[id];
+        let node = &graph.nodes()[id.index()];
         for s in node.src_ids().chain(node.view_src) {
             if s.index() >= len {
                 return Err(Error::InvalidTensorId { id: s.index(), len });
@@ -115,12 +115,12 @@ pub(super) fn validate_graph(graph: &Graph) -> Result<()> {
             }
         }
         if let Some(root) = node.view_src
-            && graph[root].view_src.is_some()
+            && graph.nodes()[root.index()].view_src.is_some()
         {
             return Err(Error::Malformed(format!(
                 "view {} has the view {} as its root",
                 node.label(id),
-                graph[root].label(root)
+                graph.nodes()[root.index()].label(root)
             )));
         }
     }
@@ -165,7 +165,7 @@ pub(super) fn make_plan(input: &PlanInput<'_>) -> Result<Plan> {
     }
     let mut keep = vec![false; len];
     for id in graph.ids() {
-        let n = &graph[id];
+        let n = &graph.nodes()[id.index()];
         if n.flags.contains(Flags::OUTPUT) {
             let (root, _) = graph.memory_root(id)?;
             keep[root.index()] = true;
@@ -189,7 +189,7 @@ impl Planner<'_> {
             self.allocate(id)?;
         }
         for id in graph.op_ids() {
-            let node = &graph[id];
+            let node = &graph.nodes()[id.index()];
             if let Some(root) = node.view_src {
                 let v = &mut self.state[root.index()].views;
                 *v = v.saturating_add(1);
@@ -200,13 +200,13 @@ impl Planner<'_> {
             for s in node.src_ids() {
                 let c = &mut self.state[s.index()].children;
                 *c = c.saturating_add(1);
-                if graph[s].flags.contains(Flags::INPUT) {
+                if graph.nodes()[s.index()].flags.contains(Flags::INPUT) {
                     self.allocate(s)?;
                 }
             }
         }
         for id in graph.op_ids() {
-            let node = &graph[id];
+            let node = &graph.nodes()[id.index()];
             for s in node.src_ids() {
                 self.allocate(s)?;
             }
@@ -227,7 +227,7 @@ impl Planner<'_> {
             return Ok(());
         }
         let owned = st.owned;
-        match self.input.graph[s].view_src {
+        match self.input.graph.nodes()[s.index()].view_src {
             Some(root) => {
                 let rs = &mut self.state[root.index()];
                 rs.views = rs.views.saturating_sub(1);
@@ -243,14 +243,14 @@ impl Planner<'_> {
 
     fn needs_memory(&self, id: TensorId) -> bool {
         let i = id.index();
-        !self.input.preplaced[i] && self.input.graph[id].view_src.is_none()
+        !self.input.preplaced[i] && self.input.graph.nodes()[id.index()].view_src.is_none()
     }
 
     fn buft(&self, buffer_id: usize, id: TensorId) -> Result<&Arc<dyn BufferType>> {
         self.input.bufts.get(buffer_id).ok_or_else(|| {
             Error::NotFound(format!(
                 "buffer type {buffer_id} for tensor {}: the allocator has {} buffer types",
-                self.input.graph[id].label(id),
+                self.input.graph.nodes()[id.index()].label(id),
                 self.input.bufts.len()
             ))
         })
@@ -272,7 +272,7 @@ impl Planner<'_> {
     fn size_of(&self, id: TensorId, buffer_id: usize) -> Result<usize> {
         tensor_alloc_size(
             self.buft(buffer_id, id)?.as_ref(),
-            &self.input.graph[id].layout,
+            &self.input.graph.nodes()[id.index()].layout,
         )
     }
 
@@ -283,7 +283,7 @@ impl Planner<'_> {
         }
         let buffer_id = self.input.buffer_ids[id.index()];
         let size = self.size_of(id, buffer_id)?;
-        let node = &self.input.graph[id];
+        let node = &self.input.graph.nodes()[id.index()];
         if node.op.can_inplace() {
             for p in node.src_ids() {
                 if self.try_inplace(id, p, buffer_id)? {
@@ -294,7 +294,7 @@ impl Planner<'_> {
         let graph = self.input.graph;
         let addr = self
             .planner_mut(buffer_id)?
-            .alloc(size, || graph[id].label(id))?;
+            .alloc(size, || graph.nodes()[id.index()].label(id))?;
         let st = &mut self.state[id.index()];
         st.buffer_id = buffer_id;
         st.addr = Some(addr);
@@ -305,7 +305,7 @@ impl Planner<'_> {
     /// Give `id` the memory of its source `p` if ggml's in-place rules allow.
     fn try_inplace(&mut self, id: TensorId, p: TensorId, buffer_id: usize) -> Result<bool> {
         let graph = self.input.graph;
-        let (node, parent) = (&graph[id], &graph[p]);
+        let (node, parent) = (&graph.nodes()[id.index()], &graph.nodes()[p.index()]);
         let root = parent.view_src.unwrap_or(p);
         let (ps, rs) = (self.state[p.index()], self.state[root.index()]);
         let Some(addr) = rs.addr else {
@@ -313,7 +313,7 @@ impl Planner<'_> {
         };
         let allowed = rs.owned
             && !parent.flags.contains(Flags::OUTPUT)
-            && !graph[root].flags.contains(Flags::OUTPUT)
+            && !graph.nodes()[root.index()].flags.contains(Flags::OUTPUT)
             && !self.keep[root.index()]
             && node.layout.same_layout(&parent.layout)
             && ps.children == 1

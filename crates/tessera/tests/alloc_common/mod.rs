@@ -39,7 +39,7 @@ pub fn same(a: &Arc<dyn Buffer>, b: &Arc<dyn Buffer>) -> bool {
 pub fn place(p: &Placement, g: &Graph, id: TensorId) -> Place {
     match p.get(id) {
         Some(pl) => pl.clone(),
-        None => panic!("tensor {} has no place", g[id].label(id)),
+        None => panic!("tensor {} has no place", g.node(id).unwrap().label(id)),
     }
 }
 
@@ -51,7 +51,10 @@ pub fn same_place(a: &Place, b: &Place) -> bool {
 /// Byte ranges of `a` and `b` intersect (same buffer, non-empty overlap).
 pub fn overlap(g: &Graph, p: &Placement, a: TensorId, b: TensorId) -> bool {
     let (pa, pb) = (place(p, g, a), place(p, g, b));
-    let (na, nb) = (g[a].layout.nbytes(), g[b].layout.nbytes());
+    let (na, nb) = (
+        g.node(a).unwrap().layout.nbytes(),
+        g.node(b).unwrap().layout.nbytes(),
+    );
     same(&pa.buffer, &pb.buffer)
         && na > 0
         && nb > 0
@@ -61,8 +64,12 @@ pub fn overlap(g: &Graph, p: &Placement, a: TensorId, b: TensorId) -> bool {
 
 /// Bind `id` to fresh user memory of `buft`; returns the place.
 pub fn bind_fresh(g: &Graph, p: &mut Placement, id: TensorId, buft: &Arc<dyn BufferType>) -> Place {
-    let set = tessera::alloc_tensors(buft, &[g[id].layout], tessera::BufferUsage::Weights)
-        .expect("user memory");
+    let set = tessera::alloc_tensors(
+        buft,
+        &[g.node(id).unwrap().layout],
+        tessera::BufferUsage::Weights,
+    )
+    .expect("user memory");
     p.bind(g, id, &set.tensors[0]).expect("bind");
     place(p, g, id)
 }
@@ -70,11 +77,11 @@ pub fn bind_fresh(g: &Graph, p: &mut Placement, id: TensorId, buft: &Arc<dyn Buf
 /// Live range `[birth, death]` of every memory root (None for views).
 pub fn live_ranges(g: &Graph) -> Vec<Option<(i64, i64)>> {
     let n = g.len();
-    let root = |id: TensorId| g[id].view_src.unwrap_or(id);
+    let root = |id: TensorId| g.node(id).unwrap().view_src.unwrap_or(id);
     let mut r: Vec<Option<(i64, i64)>> = g
         .ids()
         .map(|id| {
-            let node = &g[id];
+            let node = &g.node(id).unwrap();
             if node.view_src.is_some() {
                 None
             } else if node.is_leaf() {
@@ -91,15 +98,15 @@ pub fn live_ranges(g: &Graph) -> Vec<Option<(i64, i64)>> {
     };
     for id in g.op_ids() {
         let t = id.index() as i64;
-        for s in g[id].src_ids() {
+        for s in g.node(id).unwrap().src_ids() {
             touch(root(s), t, &mut r);
         }
-        if let Some(v) = g[id].view_src {
+        if let Some(v) = g.node(id).unwrap().view_src {
             touch(v, t, &mut r);
         }
     }
     for id in g.ids() {
-        if g[id].flags.contains(Flags::OUTPUT) {
+        if g.node(id).unwrap().flags.contains(Flags::OUTPUT) {
             touch(root(id), i64::MAX, &mut r);
         }
     }
@@ -109,15 +116,15 @@ pub fn live_ranges(g: &Graph) -> Vec<Option<(i64, i64)>> {
 
 /// Is `later` legally computed in place over `earlier` (see the module docs)?
 fn legal_inplace(g: &Graph, p: &Placement, earlier: TensorId, later: TensorId) -> bool {
-    let node = &g[later];
+    let node = &g.node(later).unwrap();
     if !node.op.can_inplace() {
         return false;
     }
     let pl = place(p, g, later);
     node.src_ids().any(|s| {
-        g[s].view_src.unwrap_or(s) == earlier
+        g.node(s).unwrap().view_src.unwrap_or(s) == earlier
             && same_place(&place(p, g, s), &pl)
-            && g[s].layout == node.layout
+            && g.node(s).unwrap().layout == node.layout
     })
 }
 
@@ -131,21 +138,26 @@ pub fn check_placement(
 ) -> std::result::Result<(), String> {
     for id in g.ids() {
         if p.get(id).is_none() {
-            return Err(format!("{} has no place", g[id].label(id)));
+            return Err(format!("{} has no place", g.node(id).unwrap().label(id)));
         }
     }
     for (id, pl) in bound {
         if !same_place(&place(p, g, *id), pl) {
-            return Err(format!("bound tensor {} was moved", g[*id].label(*id)));
+            return Err(format!(
+                "bound tensor {} was moved",
+                g.node(*id).unwrap().label(*id)
+            ));
         }
     }
     for id in g.ids() {
-        if let Some(root) = g[id].view_src {
+        if let Some(root) = g.node(id).unwrap().view_src {
             let (pv, pr) = (place(p, g, id), place(p, g, root));
-            if !same(&pv.buffer, &pr.buffer) || pv.offset != pr.offset + g[id].view_offs {
+            if !same(&pv.buffer, &pr.buffer)
+                || pv.offset != pr.offset + g.node(id).unwrap().view_offs
+            {
                 return Err(format!(
                     "view {} is not at its root plus offset",
-                    g[id].label(id)
+                    g.node(id).unwrap().label(id)
                 ));
             }
         }
@@ -169,12 +181,12 @@ pub fn check_placement(
             if !ok {
                 return Err(format!(
                     "{} live [{ba}, {da}] and {} live [{bb}, {db}] share bytes at {}+{} / {}+{}",
-                    g[a].label(a),
-                    g[b].label(b),
+                    g.node(a).unwrap().label(a),
+                    g.node(b).unwrap().label(b),
                     place(p, g, a).offset,
-                    g[a].layout.nbytes(),
+                    g.node(a).unwrap().layout.nbytes(),
                     place(p, g, b).offset,
-                    g[b].layout.nbytes(),
+                    g.node(b).unwrap().layout.nbytes(),
                 ));
             }
         }
@@ -194,7 +206,7 @@ pub fn live_lower_bound(g: &Graph, bound: &[TensorId], align: usize) -> usize {
             .filter(|id| !bound.contains(id))
             .filter_map(|id| live[id.index()].map(|r| (id, r)))
             .filter(|&(_, (b, d))| b <= t && d > t)
-            .map(|(id, _)| g[id].layout.nbytes().next_multiple_of(align))
+            .map(|(id, _)| g.node(id).unwrap().layout.nbytes().next_multiple_of(align))
             .sum();
         best = best.max(sum);
     }
@@ -204,8 +216,8 @@ pub fn live_lower_bound(g: &Graph, bound: &[TensorId], align: usize) -> usize {
 /// Sum of the padded sizes of all unbound roots: a plan that reuses nothing.
 pub fn no_reuse_size(g: &Graph, bound: &[TensorId], align: usize) -> usize {
     g.ids()
-        .filter(|&id| g[id].view_src.is_none() && !bound.contains(&id))
-        .map(|id| g[id].layout.nbytes().next_multiple_of(align))
+        .filter(|&id| g.node(id).unwrap().view_src.is_none() && !bound.contains(&id))
+        .map(|id| g.node(id).unwrap().layout.nbytes().next_multiple_of(align))
         .sum()
 }
 

@@ -10,13 +10,11 @@
 
 use std::sync::Mutex;
 
+use crate::isa::Isa;
+use crate::kernels::attention::{flash_attn_ext, flash_attn_scratch_size, flash_attn_supported};
+use crate::kernels::{NodeCtx, Scratch, TensorRef};
+use crate::pool::ThreadPool;
 use tessera::{DType, Layout, MAX_SRC, Op};
-use tessera_cpu::isa::Isa;
-use tessera_cpu::kernels::attention::{
-    flash_attn_ext, flash_attn_scratch_size, flash_attn_supported,
-};
-use tessera_cpu::kernels::{NodeCtx, Scratch, TensorRef};
-use tessera_cpu::pool::ThreadPool;
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]

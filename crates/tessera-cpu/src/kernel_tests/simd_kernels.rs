@@ -11,10 +11,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use crate::isa::Isa;
+use crate::kernels::simd::{BinKind, Prefetch, Simd};
 use half::f16;
 use tessera::{DType, quant};
-use tessera_cpu::isa::Isa;
-use tessera_cpu::kernels::simd::{BinKind, Prefetch, Simd};
 
 /// Prefetch hints at `v` and past its end (a hint never faults).
 fn pf(v: &[f32]) -> Prefetch {

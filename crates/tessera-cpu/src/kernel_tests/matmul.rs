@@ -11,12 +11,12 @@
 
 use std::sync::Mutex;
 
+use crate::isa::Isa;
+use crate::kernels::act_quant::{convert_row, convert_row_isa};
+use crate::kernels::matmul::{mul_mat, mul_mat_scratch_size, mul_mat_supported};
+use crate::kernels::{NodeCtx, Scratch, TensorRef};
+use crate::pool::ThreadPool;
 use tessera::{DType, Layout, MAX_SRC, MUL_MAT_WEIGHT_TYPES, Op};
-use tessera_cpu::isa::Isa;
-use tessera_cpu::kernels::act_quant::{convert_row, convert_row_isa};
-use tessera_cpu::kernels::matmul::{mul_mat, mul_mat_scratch_size, mul_mat_supported};
-use tessera_cpu::kernels::{NodeCtx, Scratch, TensorRef};
-use tessera_cpu::pool::ThreadPool;
 
 /// 64-byte aligned memory.
 #[derive(Clone, Copy)]
@@ -493,51 +493,5 @@ fn activation_conversion_of_non_finite_values_matches_on_every_isa() {
             convert_row_isa(isa, t, &x, &mut got).unwrap();
             assert_eq!(got, want, "{t} {isa:?}");
         }
-    }
-}
-
-/// Token-generation MUL_MAT straight from DRAM: `n = 1` over many different
-/// 4096 x 14336 weight matrices (about 1 GB in all, more than the caches), on
-/// 2 threads; prints the weight bytes read per second. Ignored: timing.
-#[test]
-#[ignore = "timing; run with --ignored --nocapture"]
-fn dram_streaming_gemv() {
-    let pool = ThreadPool::new(2).unwrap();
-    let (k, m) = (14336, 4096);
-    let mut rng = Rng(21);
-    let isa = Isa::from_env();
-    for t in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::F16] {
-        let row = t.row_size(k).unwrap();
-        let count = (1usize << 30) / (row * m);
-        let layout = Layout::contiguous(t, &[k, m]).unwrap();
-        let mut mats: Vec<Tensor> = (0..count)
-            .map(|_| {
-                let mut mem = Mem::new(layout.nbytes());
-                for b in mem.bytes().chunks_exact_mut(t.type_size()) {
-                    // Random quants; every block's leading f16 is a small scale.
-                    b[0] = rng.next() as u8;
-                    b[1] = 0x20;
-                    for x in b[2..].iter_mut() {
-                        *x = rng.next() as u8;
-                    }
-                }
-                Tensor { mem, layout }
-            })
-            .collect();
-        let mut b = activations([k, 1, 1, 1], [0, 1, 2, 3], &mut rng);
-        let dst = Layout::contiguous(DType::F32, &[m, 1]).unwrap();
-        let mut best = f64::MAX;
-        for _ in 0..3 {
-            let start = std::time::Instant::now();
-            for a in mats.iter_mut() {
-                run(&pool, a, &mut b, dst, 2, isa).unwrap();
-            }
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-        let bytes = (count * layout.nbytes()) as f64;
-        println!(
-            "{t:>5} {isa:?}: {count} matrices, {:.1} GB/s of weights from DRAM (2 threads)",
-            bytes / best / 1e9
-        );
     }
 }

@@ -8,17 +8,17 @@
 //! same exact integer block sums for quantized types; only the order and
 //! rounding of the f32 scaling and summation differ).
 //!
-//! `tile_throughput` (ignored; run with `--ignored --nocapture`) prints the
-//! single-thread, cache-resident speed of each kernel in GB/s of weights.
+//! (Speed is measured in benchmarks, not here: `tessera bench ops --op
+//! "MUL_MAT"` at n = 1..8 runs these tiles through the executor.)
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use tessera::DType;
-use tessera_cpu::isa::Isa;
-use tessera_cpu::kernels::act_quant::convert_row;
-use tessera_cpu::kernels::dot::{
+use crate::isa::Isa;
+use crate::kernels::act_quant::convert_row;
+use crate::kernels::dot::{
     TILE_COLS, TILE_ROWS, TileFn, scalar_dot_fn, tile_fn, tile_kernels, vec_dot_type,
 };
+use tessera::DType;
 
 struct Rng(u64);
 
@@ -226,75 +226,6 @@ fn tiles_ignore_extra_bytes_and_pair_blocks_from_the_start() {
             // An empty row makes every result of the call an empty sum.
             tile(&[&x, &[]], &[&y], &mut out);
             assert_eq!(out[0][0], 0.0, "{name} {t}");
-        }
-    }
-}
-
-#[test]
-#[ignore = "timing; run with --ignored --nocapture"]
-fn tile_throughput() {
-    let mut rng = Rng(13);
-    let k = 14336;
-    let only = std::env::var("TILE_TYPES").unwrap_or_default();
-    // Rows per call to compare (env TILE_R, e.g. "1,2,4"), interleaved.
-    let per_call: Vec<usize> = std::env::var("TILE_R")
-        .unwrap_or_else(|_| TILE_ROWS.to_string())
-        .split(',')
-        .filter_map(|v| v.parse().ok())
-        .map(|r: usize| r.clamp(1, TILE_ROWS))
-        .collect();
-    for t in TYPES {
-        if !only.is_empty() && !only.split(',').any(|o| o == t.name()) {
-            continue;
-        }
-        // 64 rows stay in L2; 4096 rows are the benchmark's matrix.
-        for rows in [64usize, 4096] {
-            let kernels = tile_kernels(t, false)
-                .into_iter()
-                .map(|(n, k)| (n, k, vec_dot_type(t).unwrap()))
-                .chain(
-                    tile_kernels(t, true)
-                        .into_iter()
-                        .map(|(n, k)| (n, k, DType::F32)),
-                );
-            for (isa, tile, yt) in kernels {
-                let row = t.row_size(k).unwrap();
-                let mut x = vec![0u8; rows * row];
-                for r in x.chunks_exact_mut(row).take(64) {
-                    r.copy_from_slice(&weight_row(t, k, &mut rng));
-                }
-                for i in 64..rows {
-                    x.copy_within((i % 64) * row..(i % 64 + 1) * row, i * row);
-                }
-                let act: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
-                let mut y = vec![0u8; yt.row_size(k).unwrap()];
-                convert_row(yt, &act, &mut y).unwrap();
-                let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
-                let mut sink = 0f32;
-                let mut best = vec![f64::MAX; per_call.len()];
-                for _ in 0..(20 * 64 / rows).max(8) {
-                    for (pc, b) in per_call.iter().zip(best.iter_mut()) {
-                        let start = std::time::Instant::now();
-                        for r in (0..rows).step_by(*pc) {
-                            let xr: [&[u8]; TILE_ROWS] = std::array::from_fn(|i| {
-                                let i = (r + i).min(rows - 1);
-                                &x[i * row..(i + 1) * row]
-                            });
-                            tile(&xr[..*pc], &[&y], &mut out);
-                            sink += out[0][0];
-                        }
-                        *b = b.min(start.elapsed().as_secs_f64());
-                    }
-                }
-                for (pc, b) in per_call.iter().zip(&best) {
-                    println!(
-                        "{t:>5} x {yt} {isa} {rows:>4} rows, {pc} per call: {:6.1} GB/s of weights, {:6.1} GFLOPS (1 thread){}",
-                        x.len() as f64 / b / 1e9,
-                        2.0 * (rows * k) as f64 / b / 1e9,
-                        if sink.is_nan() { " nan" } else { "" }
-                    );
-                }
-            }
         }
     }
 }
