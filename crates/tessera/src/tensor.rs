@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::buffer::{Buffer, check_range, copy_between};
+use crate::element::Element;
 use crate::{DType, Error, Layout, Result, quant};
 
 /// A layout placed in a buffer.
@@ -117,33 +118,22 @@ impl Tensor {
         Ok(out)
     }
 
-    /// Write plain values of the tensor's own element type (e.g. `i32` ids).
-    pub fn write_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<()> {
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
-            || self.layout.dtype.is_quantized()
-        {
-            return Err(Error::InvalidLayout(format!(
-                "cannot write {}-byte values into a {} tensor",
-                std::mem::size_of::<T>(),
-                self.layout.dtype
-            )));
-        }
+    /// Write plain values of the tensor's own element type (e.g. `i32` ids
+    /// into an `I32` tensor). `T::DTYPE` must be the tensor's type, else
+    /// [`Error::InvalidLayout`] naming both; for raw bytes use
+    /// [`Tensor::write`].
+    pub fn write_slice<T: Element>(&self, values: &[T]) -> Result<()> {
+        self.ensure_element::<T>("write", "into")?;
         self.ensure_contiguous_len(values.len())?;
         self.write(0, bytemuck::cast_slice(values))
     }
 
-    /// Read plain values of the tensor's own element type.
-    pub fn read_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
+    /// Read plain values of the tensor's own element type. `T::DTYPE` must
+    /// be the tensor's type, else [`Error::InvalidLayout`] naming both; for
+    /// raw bytes use [`Tensor::to_bytes`] or [`Tensor::read`].
+    pub fn read_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.ensure_element::<T>("read", "from")?;
         let n = self.layout.checked_nelements()?;
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
-            || self.layout.dtype.is_quantized()
-        {
-            return Err(Error::InvalidLayout(format!(
-                "cannot read {}-byte values from a {} tensor",
-                std::mem::size_of::<T>(),
-                self.layout.dtype
-            )));
-        }
         self.ensure_contiguous_len(n)?;
         let mut out = vec![T::zeroed(); n];
         self.read(0, bytemuck::cast_slice_mut(&mut out))?;
@@ -177,6 +167,18 @@ impl Tensor {
                 self.nbytes()
             ))),
         }
+    }
+
+    fn ensure_element<T: Element>(&self, verb: &str, prep: &str) -> Result<()> {
+        if T::DTYPE == self.layout.dtype {
+            return Ok(());
+        }
+        Err(Error::InvalidLayout(format!(
+            "cannot {verb} {} values ({}) {prep} a {} tensor",
+            T::DTYPE,
+            std::any::type_name::<T>(),
+            self.layout.dtype
+        )))
     }
 
     fn ensure_contiguous_len(&self, n: usize) -> Result<()> {
