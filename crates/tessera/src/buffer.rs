@@ -212,6 +212,26 @@ pub fn check_range(name: &str, size: usize, offset: usize, len: usize) -> Result
     }
 }
 
+/// A host vector of `len` copies of `value`, allocated fallibly: a size the
+/// allocator refuses (or that overflows `isize`) is [`Error::OutOfMemory`]
+/// naming `what`, never a panic or an abort. Check sizes that come from a
+/// caller against the tensor or buffer *before* calling this.
+pub fn try_filled_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+        device: "host".into(),
+        requested: len.saturating_mul(std::mem::size_of::<T>()),
+        detail: format!("{what}: {e}"),
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// [`try_filled_vec`] of `len` zero bytes.
+pub fn try_zeroed_vec(len: usize, what: &str) -> Result<Vec<u8>> {
+    try_filled_vec(len, 0u8, what)
+}
+
 fn slice_piece(data: &[u8], i: usize, stride: usize, piece: usize) -> Result<&[u8]> {
     let start = i
         .checked_mul(stride)
@@ -292,7 +312,7 @@ pub fn copy_between(
     if dst.copy_from(dst_offset, src, src_offset, len)? {
         return Ok(());
     }
-    let mut staging = vec![0u8; len];
+    let mut staging = try_zeroed_vec(len, "a staging copy between buffers")?;
     src.read(src_offset, &mut staging)?;
     dst.write(dst_offset, &staging)
 }

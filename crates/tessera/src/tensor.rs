@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, check_range, copy_between};
+use crate::buffer::{Buffer, check_range, copy_between, try_filled_vec, try_zeroed_vec};
 use crate::element::Element;
 use crate::{DType, Error, Layout, Result, quant};
 
@@ -77,7 +77,7 @@ impl Tensor {
 
     /// All bytes of a contiguous tensor.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.nbytes()];
+        let mut out = try_zeroed_vec(self.nbytes(), "reading a tensor's bytes")?;
         self.read(0, &mut out)?;
         Ok(out)
     }
@@ -90,7 +90,7 @@ impl Tensor {
         if self.layout.dtype == DType::F32 {
             return self.write(0, bytemuck::cast_slice(values));
         }
-        let mut bytes = vec![0u8; self.nbytes()];
+        let mut bytes = try_zeroed_vec(self.nbytes(), "converting values for a tensor")?;
         let row = self.layout.ne[0];
         let row_bytes = self.layout.row_bytes();
         if row > 0 {
@@ -107,7 +107,7 @@ impl Tensor {
         let n = self.layout.checked_nelements()?;
         self.ensure_contiguous_len(n)?;
         let bytes = self.to_bytes()?;
-        let mut out = vec![0f32; n];
+        let mut out = try_filled_vec(n, 0f32, "reading a tensor as f32")?;
         let row = self.layout.ne[0];
         let row_bytes = self.layout.row_bytes();
         if row > 0 {
@@ -135,7 +135,7 @@ impl Tensor {
         self.ensure_element::<T>("read", "from")?;
         let n = self.layout.checked_nelements()?;
         self.ensure_contiguous_len(n)?;
-        let mut out = vec![T::zeroed(); n];
+        let mut out = try_filled_vec(n, T::zeroed(), "reading a tensor's values")?;
         self.read(0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
@@ -158,7 +158,8 @@ impl Tensor {
         )
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<()> {
+    /// `Err(OutOfBounds)` unless `len` bytes at `offset` lie inside the tensor.
+    pub(crate) fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.nbytes() => Ok(()),
             _ => Err(Error::OutOfBounds(format!(
