@@ -47,7 +47,8 @@ impl CpuDevice {
     }
 
     /// A new stream, concretely typed; `params` as for [`Device::new_stream`]:
-    /// comma-separated `threads=N` (N >= 1) and `isa=scalar|avx2`.
+    /// comma-separated `threads=N` (1 <= N <= [`crate::pool::MAX_THREADS`])
+    /// and `isa=scalar|avx2`.
     pub fn new_cpu_stream(&self, params: &str) -> Result<Arc<CpuStream>> {
         let me = self
             .me
