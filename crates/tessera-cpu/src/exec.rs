@@ -41,7 +41,7 @@ use tessera::{AbortCallback, Error, Graph, MAX_SRC, Op, Placement, Result, Tenso
 
 use crate::isa::Isa;
 use crate::kernels::{self, KernelFn, NodeCtx, Scratch, TensorRef};
-use crate::pool::{Barrier, ThreadPool, WorkerCtx};
+use crate::pool::{Barrier, MAX_THREADS, ThreadPool, WorkerCtx};
 use crate::resolve::{Cache, PlanCache, SaneCache, check_overlap, check_writable, tensor_id};
 use crate::support;
 
@@ -136,6 +136,18 @@ impl RunShared {
     }
 }
 
+/// A pool of `n` threads: more than [`MAX_THREADS`] is refused before any
+/// thread starts; an OS refusal half-way leaves no thread behind.
+fn start_pool(n: usize) -> Result<ThreadPool> {
+    if n > MAX_THREADS {
+        return Err(Error::unsupported(
+            "CPU",
+            format!("{n} threads (at most {MAX_THREADS}, ggml's GGML_MAX_N_THREADS)"),
+        ));
+    }
+    ThreadPool::new(n).map_err(|e| Error::device("CPU", format!("starting {n} threads: {e}")))
+}
+
 /// The executor state a stream owns: pool, scratch and reusable buffers.
 #[derive(Debug)]
 pub(crate) struct Executor {
@@ -162,7 +174,7 @@ impl Executor {
     pub(crate) fn new(n_threads: usize) -> Result<Self> {
         let n = n_threads.max(1);
         Ok(Executor {
-            pool: ThreadPool::new(n)?,
+            pool: start_pool(n)?,
             n_threads: n,
             scratch: Vec::new(),
             plan: Vec::new(),
@@ -188,7 +200,8 @@ impl Executor {
             ));
         }
         if n > self.pool.max_threads() {
-            self.pool = ThreadPool::new(n)?;
+            // On failure the current pool (and thread count) stays.
+            self.pool = start_pool(n)?;
         }
         self.n_threads = n;
         Ok(())

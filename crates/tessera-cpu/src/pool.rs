@@ -19,6 +19,11 @@ const SPIN_BEFORE_PARK: u32 = 100_000;
 /// Spins inside a barrier before yielding the core to the OS.
 const SPIN_BEFORE_YIELD: u32 = 10_000;
 
+/// Most threads a pool may have: 512, ggml's `GGML_MAX_N_THREADS`. Larger
+/// counts are refused before any thread starts (a typo like `threads=100000`
+/// would otherwise start threads until the OS says no).
+pub const MAX_THREADS: usize = tessera::stream_options::MAX_THREADS;
+
 /// A reusable barrier for the `n` threads of one job.
 #[derive(Debug)]
 pub struct Barrier {
@@ -131,9 +136,18 @@ impl std::fmt::Debug for ThreadPool {
 }
 
 impl ThreadPool {
-    /// A pool for jobs of up to `n_threads` threads (at least 1). Fails if the
-    /// OS refuses to start a thread.
+    /// A pool for jobs of up to `n_threads` threads (at least 1, at most
+    /// [`MAX_THREADS`]). Fails with `InvalidInput` above the cap, and with
+    /// the OS error if it refuses to start a thread; either way no thread is
+    /// left behind (the ones already started are stopped and joined).
     pub fn new(n_threads: usize) -> std::io::Result<Self> {
+        let n = n_threads.max(1);
+        if n > MAX_THREADS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{n} threads requested, at most {MAX_THREADS} are allowed"),
+            ));
+        }
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(None),
             nth: AtomicUsize::new(1),
@@ -145,19 +159,19 @@ impl ThreadPool {
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let mut workers = Vec::new();
-        for ith in 1..n_threads.max(1) {
-            let s = shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("tessera-cpu-{ith}"))
-                .spawn(move || worker_loop(&s, ith))?;
-            workers.push(h);
-        }
-        Ok(ThreadPool {
+        // Built before the workers: if a spawn fails, dropping `pool` on the
+        // early return tells the started workers to stop and joins them.
+        let mut pool = ThreadPool {
             shared,
-            workers,
+            workers: Vec::with_capacity(n - 1),
             run_lock: Mutex::new(()),
-        })
+        };
+        for ith in 1..n {
+            let s = pool.shared.clone();
+            let h = spawn_worker(ith, move || worker_loop(&s, ith))?;
+            pool.workers.push(h);
+        }
+        Ok(pool)
     }
 
     /// Most threads a job can use.
@@ -243,6 +257,16 @@ impl Drop for ThreadPool {
     }
 }
 
+/// Start worker `ith`. Under `cfg(test)`, `tests::fail_spawn_at` can make
+/// a chosen spawn fail on the calling thread.
+fn spawn_worker(ith: usize, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    #[cfg(test)]
+    tests::refuse_spawn(ith)?;
+    std::thread::Builder::new()
+        .name(format!("tessera-cpu-{ith}"))
+        .spawn(f)
+}
+
 fn worker_loop(s: &Shared, ith: usize) {
     let mut seen = 0usize;
     loop {
@@ -291,46 +315,4 @@ fn worker_loop(s: &Shared, ith: usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_thread_runs_and_barriers_order_phases() {
-        let pool = ThreadPool::new(4).unwrap();
-        for nth in 1..=4 {
-            let hits = AtomicUsize::new(0);
-            let phase_ok = AtomicBool::new(true);
-            let ok = pool.run(nth, &|w| {
-                for round in 0..50 {
-                    hits.fetch_add(1, Ordering::SeqCst);
-                    w.barrier.wait();
-                    if hits.load(Ordering::SeqCst) != (round + 1) * w.nth {
-                        phase_ok.store(false, Ordering::SeqCst);
-                    }
-                    w.barrier.wait();
-                }
-            });
-            assert!(ok);
-            assert_eq!(hits.load(Ordering::SeqCst), 50 * nth);
-            assert!(phase_ok.load(Ordering::SeqCst));
-        }
-    }
-
-    #[test]
-    fn a_panicking_job_is_reported_and_the_pool_survives() {
-        let pool = ThreadPool::new(2).unwrap();
-        let ok = pool.run(2, &|w| {
-            if w.ith == 1 {
-                panic!("boom");
-            }
-            // Thread 0 would wait forever without the poisoning.
-            w.barrier.wait();
-        });
-        assert!(!ok);
-        let count = AtomicUsize::new(0);
-        assert!(pool.run(2, &|_| {
-            count.fetch_add(1, Ordering::SeqCst);
-        }));
-        assert_eq!(count.load(Ordering::SeqCst), 2);
-    }
-}
+mod tests;

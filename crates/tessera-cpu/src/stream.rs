@@ -25,6 +25,7 @@ use crate::device::CpuDevice;
 use crate::event::CpuEvent;
 use crate::exec::Executor;
 use crate::isa::Isa;
+use crate::pool::MAX_THREADS;
 
 /// A synchronous execution queue on the CPU.
 pub struct CpuStream {
@@ -35,7 +36,8 @@ pub struct CpuStream {
 }
 
 impl CpuStream {
-    /// A stream on `device` with `n_threads` threads and kernels for `isa`.
+    /// A stream on `device` with `n_threads` threads (at most
+    /// [`MAX_THREADS`]) and kernels for `isa`.
     pub fn new(device: Arc<CpuDevice>, n_threads: usize, isa: Isa) -> Result<Self> {
         if !isa.available() {
             return Err(Error::unsupported(
@@ -97,9 +99,12 @@ impl std::fmt::Debug for CpuStream {
     }
 }
 
-/// `std::thread::available_parallelism`, or 1 when unknown.
+/// `std::thread::available_parallelism` (1 when unknown), at most
+/// [`MAX_THREADS`].
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
 }
 
 impl Stream for CpuStream {

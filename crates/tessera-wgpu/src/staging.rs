@@ -15,6 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use tessera::buffer::try_zeroed_vec;
 use tessera::{DType, Error, Result};
 
 use crate::batch::{Batch, WG};
@@ -230,7 +231,7 @@ impl PendingBytes {
 
     /// Block until the bytes are available and return them.
     pub(crate) fn wait(self) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.len];
+        let mut out = try_zeroed_vec(self.len, "a device read")?;
         self.wait_into(&mut out)?;
         Ok(out)
     }

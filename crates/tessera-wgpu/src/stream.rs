@@ -27,6 +27,7 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use tessera::buffer::try_zeroed_vec;
 use tessera::{
     AbortCallback, Buffer, Copied, Device, Error, Event, Graph, PendingRead, Placement, Result,
     Stream, Tensor,
@@ -112,7 +113,7 @@ impl Stream for WgpuStream {
             }
             None => {
                 self.synchronize()?;
-                let mut out = vec![0u8; len];
+                let mut out = try_zeroed_vec(len, "an async tensor read")?;
                 src.read(offset, &mut out)?;
                 Ok(PendingRead::ready(out))
             }
@@ -154,7 +155,7 @@ impl Stream for WgpuStream {
         // Another device's memory: read it once the source stream is done,
         // then queue the write here.
         src_stream.synchronize()?;
-        let mut bytes = vec![0u8; len];
+        let mut bytes = try_zeroed_vec(len, "staging an async copy")?;
         src.read(0, &mut bytes)?;
         db.write(dst.offset(), &bytes)?;
         Ok(Copied::Done)

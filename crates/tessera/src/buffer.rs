@@ -236,6 +236,26 @@ pub fn check_range(name: &str, size: usize, offset: usize, len: usize) -> Result
     }
 }
 
+/// A host vector of `len` copies of `value`, allocated fallibly: a size the
+/// allocator refuses (or that overflows `isize`) is [`Error::OutOfMemory`]
+/// naming `what`, never a panic or an abort. Check sizes that come from a
+/// caller against the tensor or buffer *before* calling this.
+pub fn try_filled_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+        device: "host".into(),
+        requested: len.saturating_mul(std::mem::size_of::<T>()),
+        detail: format!("{what}: {e}"),
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// [`try_filled_vec`] of `len` zero bytes.
+pub fn try_zeroed_vec(len: usize, what: &str) -> Result<Vec<u8>> {
+    try_filled_vec(len, 0u8, what)
+}
+
 fn slice_piece(data: &[u8], i: usize, stride: usize, piece: usize) -> Result<&[u8]> {
     let start = i
         .checked_mul(stride)
@@ -318,7 +338,7 @@ pub fn copy_between(
         }
     }
     let piece = len.min(STAGING_BYTES);
-    let mut staging = try_zeroed(piece, "a copy's staging buffer")?;
+    let mut staging = try_zeroed_vec(piece, "a staging copy between buffers")?;
     let mut done = 0;
     while done < len {
         let n = piece.min(len - done);
@@ -328,17 +348,4 @@ pub fn copy_between(
         done += n;
     }
     Ok(())
-}
-
-/// A zeroed vector of `len` bytes, or [`Error::OutOfMemory`] if the host
-/// cannot provide it (never an abort): for sizes a caller chose.
-pub fn try_zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
-        device: "host".into(),
-        requested: len,
-        detail: format!("{what}: {e}"),
-    })?;
-    v.resize(len, 0);
-    Ok(v)
 }

@@ -21,6 +21,7 @@
 pub mod alloc;
 pub mod buffer;
 pub mod device;
+pub mod element;
 pub mod event;
 pub mod graph_copy;
 pub mod host;
@@ -41,6 +42,7 @@ pub use tessera_core::{
 pub use alloc::{GraphAllocator, LinearAllocator, TensorSet, alloc_tensors, alloc_tensors_size};
 pub use buffer::{Buffer, BufferType, BufferUsage, Copied, copy_between, same_buffer_type};
 pub use device::{Device, DeviceCaps, DeviceProps, DeviceType, MemoryInfo, supports_graph};
+pub use element::Element;
 pub use event::Event;
 pub use graph_copy::{GraphCopy, compare_graph, compare_graph_nodes, graph_copy};
 pub use host::{HostBuffer, HostBufferType, HostMemory};

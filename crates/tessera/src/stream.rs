@@ -38,6 +38,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::buffer::Copied;
+use crate::buffer::try_zeroed_vec;
 use crate::device::Device;
 use crate::event::Event;
 use crate::placement::Placement;
@@ -96,10 +97,12 @@ pub trait Stream: Send + Sync + Debug {
     }
 
     /// Queue a read of `len` bytes of `src` at byte `offset` (contract item 2).
-    /// Default: synchronize, then a blocking read.
+    /// Default: synchronize, then a blocking read. The range is checked
+    /// against `src` before any memory is allocated for it.
     fn get_async(&self, src: &Tensor, offset: usize, len: usize) -> Result<PendingRead> {
+        src.check(offset, len)?;
         self.synchronize()?;
-        let mut out = vec![0u8; len];
+        let mut out = try_zeroed_vec(len, "an async tensor read")?;
         src.read(offset, &mut out)?;
         Ok(PendingRead::ready(out))
     }

@@ -11,10 +11,9 @@ use std::str::FromStr;
 
 use crate::{Error, Result};
 
-/// Most worker threads a stream may ask for. Above this a request is an
-/// error rather than an attempt to start them (a thread costs a stack and a
-/// kernel task; no machine Tessera targets has more hardware threads).
-pub const MAX_THREADS: usize = 1024;
+/// Most worker threads a stream may ask for (ggml's `GGML_MAX_N_THREADS`).
+/// Above this a request is an error rather than an attempt to start them.
+pub const MAX_THREADS: usize = 512;
 
 /// What a new stream should be like.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,9 +107,10 @@ impl StreamOptions {
 
 fn check_threads(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_THREADS {
-        return Err(Error::InvalidLayout(format!(
-            "a stream of {n} threads: between 1 and {MAX_THREADS} are allowed"
-        )));
+        return Err(Error::unsupported(
+            "stream options",
+            format!("{n} threads (at least 1, at most {MAX_THREADS}, ggml's GGML_MAX_N_THREADS)"),
+        ));
     }
     Ok(n)
 }

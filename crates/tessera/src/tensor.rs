@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, check_range, copy_between};
+use crate::buffer::{Buffer, check_range, copy_between, try_filled_vec, try_zeroed_vec};
+use crate::element::Element;
 use crate::{DType, Error, Layout, Result, quant};
 
 /// A layout placed in a buffer.
@@ -76,7 +77,7 @@ impl Tensor {
 
     /// All bytes of a contiguous tensor.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; self.nbytes()];
+        let mut out = try_zeroed_vec(self.nbytes(), "reading a tensor's bytes")?;
         self.read(0, &mut out)?;
         Ok(out)
     }
@@ -89,7 +90,7 @@ impl Tensor {
         if self.layout.dtype == DType::F32 {
             return self.write(0, bytemuck::cast_slice(values));
         }
-        let mut bytes = vec![0u8; self.nbytes()];
+        let mut bytes = try_zeroed_vec(self.nbytes(), "converting values for a tensor")?;
         let row = self.layout.ne[0];
         let row_bytes = self.layout.row_bytes();
         if row > 0 {
@@ -106,7 +107,7 @@ impl Tensor {
         let n = self.layout.checked_nelements()?;
         self.ensure_contiguous_len(n)?;
         let bytes = self.to_bytes()?;
-        let mut out = vec![0f32; n];
+        let mut out = try_filled_vec(n, 0f32, "reading a tensor as f32")?;
         let row = self.layout.ne[0];
         let row_bytes = self.layout.row_bytes();
         if row > 0 {
@@ -117,35 +118,24 @@ impl Tensor {
         Ok(out)
     }
 
-    /// Write plain values of the tensor's own element type (e.g. `i32` ids).
-    pub fn write_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<()> {
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
-            || self.layout.dtype.is_quantized()
-        {
-            return Err(Error::InvalidLayout(format!(
-                "cannot write {}-byte values into a {} tensor",
-                std::mem::size_of::<T>(),
-                self.layout.dtype
-            )));
-        }
+    /// Write plain values of the tensor's own element type (e.g. `i32` ids
+    /// into an `I32` tensor). `T::DTYPE` must be the tensor's type, else
+    /// [`Error::InvalidLayout`] naming both; for raw bytes use
+    /// [`Tensor::write`].
+    pub fn write_slice<T: Element>(&self, values: &[T]) -> Result<()> {
+        self.ensure_element::<T>("write", "into")?;
         self.ensure_contiguous_len(values.len())?;
         self.write(0, bytemuck::cast_slice(values))
     }
 
-    /// Read plain values of the tensor's own element type.
-    pub fn read_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
+    /// Read plain values of the tensor's own element type. `T::DTYPE` must
+    /// be the tensor's type, else [`Error::InvalidLayout`] naming both; for
+    /// raw bytes use [`Tensor::to_bytes`] or [`Tensor::read`].
+    pub fn read_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.ensure_element::<T>("read", "from")?;
         let n = self.layout.checked_nelements()?;
-        if std::mem::size_of::<T>() != self.layout.dtype.type_size()
-            || self.layout.dtype.is_quantized()
-        {
-            return Err(Error::InvalidLayout(format!(
-                "cannot read {}-byte values from a {} tensor",
-                std::mem::size_of::<T>(),
-                self.layout.dtype
-            )));
-        }
         self.ensure_contiguous_len(n)?;
-        let mut out = vec![T::zeroed(); n];
+        let mut out = try_filled_vec(n, T::zeroed(), "reading a tensor's values")?;
         self.read(0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
@@ -168,7 +158,8 @@ impl Tensor {
         )
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<()> {
+    /// `Err(OutOfBounds)` unless `len` bytes at `offset` lie inside the tensor.
+    pub(crate) fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.nbytes() => Ok(()),
             _ => Err(Error::OutOfBounds(format!(
@@ -177,6 +168,18 @@ impl Tensor {
                 self.nbytes()
             ))),
         }
+    }
+
+    fn ensure_element<T: Element>(&self, verb: &str, prep: &str) -> Result<()> {
+        if T::DTYPE == self.layout.dtype {
+            return Ok(());
+        }
+        Err(Error::InvalidLayout(format!(
+            "cannot {verb} {} values ({}) {prep} a {} tensor",
+            T::DTYPE,
+            std::any::type_name::<T>(),
+            self.layout.dtype
+        )))
     }
 
     fn ensure_contiguous_len(&self, n: usize) -> Result<()> {

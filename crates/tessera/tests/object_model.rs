@@ -114,7 +114,8 @@ fn tensors_are_bounds_checked_views_of_buffers() {
         .unwrap();
     assert_eq!(t.read_vec::<f32>().unwrap()[5], 6.0);
     assert!(matches!(t.write(30, &[0; 4]), Err(Error::OutOfBounds(_))));
-    assert!(t.write_slice(&[1i64]).is_err(), "wrong element size");
+    assert!(t.write_slice(&[1i64]).is_err(), "wrong element type");
+    assert!(t.write_slice(&[1i32; 8]).is_err(), "same size, wrong type");
     assert!(t.write_slice(&[1.0f32; 7]).is_err(), "wrong count");
     // copy_to needs equal layouts.
     let other = Tensor::new(Layout::contiguous(DType::F32, &[8]).unwrap(), b.clone(), 0).unwrap();

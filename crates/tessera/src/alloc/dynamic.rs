@@ -157,52 +157,73 @@ impl DynamicAllocator {
 
     /// Return `size` bytes (padded to the alignment) at `addr` to the free
     /// list, merging with adjacent free blocks.
+    ///
+    /// The range must have been handed out and not freed since: a range in
+    /// an unknown chunk, past the chunk's high-water mark, or overlapping
+    /// free space (a double free) is [`Error::OutOfBounds`], and the planner
+    /// is left unchanged.
     pub fn free(&mut self, addr: VirtualAddress, size: usize) -> Result<()> {
         let size = pad(size, self.alignment)?;
         if size == 0 {
             return Ok(());
         }
-        let end = addr
-            .offset
-            .checked_add(size)
-            .ok_or_else(|| Error::Overflow("freed range".into()))?;
+        let name = &self.name;
+        let fail = |why: String| {
+            Error::OutOfBounds(format!(
+                "{name}: freeing {size} bytes at offset {} of chunk {}: {why}",
+                addr.offset, addr.chunk
+            ))
+        };
+        let n_chunks = self.chunks.len();
         let chunk = self
             .chunks
             .get_mut(addr.chunk)
-            .ok_or_else(|| internal("freed chunk"))?;
+            .ok_or_else(|| fail(format!("there are {n_chunks} chunks")))?;
+        let end = addr
+            .offset
+            .checked_add(size)
+            .filter(|&e| e <= chunk.max_size)
+            .ok_or_else(|| {
+                fail(format!(
+                    "past the chunk's high-water mark of {} bytes",
+                    chunk.max_size
+                ))
+            })?;
         let free = &mut chunk.free;
-        for i in 0..free.len() {
-            let block = free[i];
-            if block.end() == addr.offset {
-                // Extends block i; it may now touch block i + 1.
-                free[i].size += size;
-                if let Some(next) = free.get(i + 1).copied()
-                    && free[i].end() == next.offset
-                {
-                    free[i].size += next.size;
-                    free.remove(i + 1);
-                }
-                return Ok(());
-            }
-            if end == block.offset {
-                // Extends block i downwards; it may now touch block i - 1.
-                free[i].offset = addr.offset;
-                free[i].size += size;
-                if i > 0 && free[i - 1].end() == free[i].offset {
-                    free[i - 1].size += free[i].size;
-                    free.remove(i);
-                }
-                return Ok(());
+        // Blocks are sorted and disjoint: only the last block starting before
+        // the range and the first starting at or after it can overlap it.
+        let pos = free.partition_point(|b| b.offset < addr.offset);
+        let prev = pos.checked_sub(1).and_then(|i| free.get(i)).copied();
+        let next = free.get(pos).copied();
+        for b in [prev, next].into_iter().flatten() {
+            if b.offset < end && addr.offset < b.end() {
+                return Err(fail(format!(
+                    "overlaps the free block [{}, {}) (a double free?)",
+                    b.offset,
+                    b.end()
+                )));
             }
         }
-        let pos = free.partition_point(|b| b.offset < addr.offset);
-        free.insert(
-            pos,
-            FreeBlock {
-                offset: addr.offset,
-                size,
-            },
-        );
+        let joins_prev = prev.is_some_and(|b| b.end() == addr.offset);
+        let joins_next = next.is_some_and(|b| b.offset == end);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                let next_size = free.remove(pos).size;
+                free[pos - 1].size += size + next_size;
+            }
+            (true, false) => free[pos - 1].size += size,
+            (false, true) => {
+                free[pos].offset = addr.offset;
+                free[pos].size += size;
+            }
+            (false, false) => free.insert(
+                pos,
+                FreeBlock {
+                    offset: addr.offset,
+                    size,
+                },
+            ),
+        }
         Ok(())
     }
 
@@ -377,5 +398,46 @@ mod tests {
         assert!(DynamicAllocator::new("X", 0, 100).is_err());
         let mut a = DynamicAllocator::new("X", 8, 100).unwrap();
         assert!(a.free(addr(3, 0), 8).is_err());
+    }
+
+    fn is_oob(r: Result<()>) -> bool {
+        matches!(r, Err(Error::OutOfBounds(_)))
+    }
+
+    #[test]
+    fn a_double_free_is_an_error_and_changes_nothing() {
+        let mut a = DynamicAllocator::new("X", 16, usize::MAX).unwrap();
+        let x = a.alloc(32, none).unwrap();
+        let _keep = a.alloc(16, none).unwrap();
+        a.free(x, 32).unwrap();
+        let before = format!("{a:?}");
+        assert!(is_oob(a.free(x, 32)), "the same block twice");
+        assert!(is_oob(a.free(addr(0, 16), 16)), "inside the freed block");
+        assert!(is_oob(a.free(addr(0, 16), 32)), "straddling free and used");
+        assert_eq!(format!("{a:?}"), before, "a refused free changes nothing");
+        // Two live tensors never share memory.
+        let y = a.alloc(32, none).unwrap();
+        let z = a.alloc(32, none).unwrap();
+        assert!(
+            y.chunk != z.chunk || y.offset + 32 <= z.offset || z.offset + 32 <= y.offset,
+            "{y:?} and {z:?} overlap"
+        );
+    }
+
+    #[test]
+    fn frees_outside_what_was_handed_out_are_errors() {
+        let mut a = DynamicAllocator::new("X", 8, 100).unwrap();
+        let x = a.alloc(40, none).unwrap();
+        let before = format!("{a:?}");
+        assert!(is_oob(a.free(addr(1, 0), 8)), "unknown chunk");
+        assert!(is_oob(a.free(addr(0, 40), 8)), "past the high-water mark");
+        assert!(
+            is_oob(a.free(addr(0, 32), 16)),
+            "crossing the high-water mark"
+        );
+        assert!(is_oob(a.free(addr(0, usize::MAX - 4), 8)), "overflowing");
+        assert_eq!(format!("{a:?}"), before);
+        a.free(x, 40).unwrap();
+        assert_eq!(a.alloc(40, none).unwrap(), x);
     }
 }
