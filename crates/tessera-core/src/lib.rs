@@ -11,6 +11,8 @@
 //! Everything here is plain data and pure functions, so a graph can be hashed,
 //! copied to another device or sent over the network.
 
+#![forbid(unsafe_code)]
+
 mod build;
 pub mod dtype;
 pub mod error;

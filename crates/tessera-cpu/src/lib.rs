@@ -7,7 +7,7 @@
 //! - [`CpuStream`]: a synchronous stream with a thread count, an abort
 //!   callback and events ([`CpuEvent`]);
 //! - `exec` and `resolve` (private): validate a graph range, resolve every
-//!   tensor to a checked pointer, and run the nodes on the pool ([`pool`])
+//!   tensor to a checked pointer, and run the nodes on the (private) thread pool
 //!   with a barrier after each;
 //! - [`support`]: the exact `supports_op` oracle;
 //! - `kernels` (private: they work on raw pointers that only the executor
@@ -22,7 +22,7 @@ pub mod isa;
 #[cfg(test)]
 mod kernel_tests;
 mod kernels;
-pub mod pool;
+mod pool;
 mod resolve;
 pub mod stream;
 pub mod support;

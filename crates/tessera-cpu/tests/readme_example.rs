@@ -3,13 +3,13 @@
 //! product followed by RMS_NORM, compared with an f64 computation.
 
 use tessera::alloc::{GraphAllocator, alloc_tensors};
-use tessera::{BufferUsage, DType, Graph, Placement};
+use tessera::{BufferUsage, DType, Graph, Placement, StreamOptions};
 
 #[test]
 fn readme_example_runs_and_is_right() -> tessera::Result<()> {
     tessera_cpu::register();
     let cpu = tessera::Registry::global().device_by_name("cpu")?;
-    let stream = cpu.new_stream(&tessera::StreamOptions::new().threads(2))?;
+    let stream = cpu.new_stream(&StreamOptions::new().threads(2))?;
 
     let mut g = Graph::new();
     let w = g.new_tensor(DType::Q4_0, &[4096, 64])?;
@@ -19,11 +19,7 @@ fn readme_example_runs_and_is_right() -> tessera::Result<()> {
     g.set_output(y)?;
 
     let mut placement = Placement::new(&g);
-    let weights = alloc_tensors(
-        &cpu.buffer_type(),
-        &[g.node(w).unwrap().layout],
-        BufferUsage::Weights,
-    )?;
+    let weights = alloc_tensors(&cpu.buffer_type(), &[g.node(w)?.layout], BufferUsage::Weights)?;
     placement.bind(&g, w, &weights.tensors[0])?;
     GraphAllocator::new(cpu.buffer_type()).alloc_graph(&g, &mut placement)?;
 

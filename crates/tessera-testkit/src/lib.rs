@@ -20,6 +20,8 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod cases;
 pub mod compare;
 pub mod contract;

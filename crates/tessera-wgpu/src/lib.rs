@@ -15,6 +15,8 @@
 //!
 //! See the crate's README for what runs and how it is tested.
 
+#![forbid(unsafe_code)]
+
 pub mod adapter;
 mod batch;
 pub mod buffer;
