@@ -230,6 +230,10 @@ pub enum Op {
         /// Logit soft-capping `c * tanh(x / c)` (0 = none).
         logit_softcap: f32,
     },
+    /// A copy of `src0` on another device, same layout (strides included),
+    /// made by the scheduler before the split that reads it; devices never
+    /// compute it (it is a marker that keeps the source alive until copied).
+    Transfer,
 }
 
 impl Op {
@@ -261,6 +265,7 @@ impl Op {
             Op::Argmax => "ARGMAX",
             Op::SumRows => "SUM_ROWS",
             Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
+            Op::Transfer => "TRANSFER",
         }
     }
 

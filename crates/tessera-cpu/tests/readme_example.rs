@@ -19,7 +19,11 @@ fn readme_example_runs_and_is_right() -> tessera::Result<()> {
     g.set_output(y)?;
 
     let mut placement = Placement::new(&g);
-    let weights = alloc_tensors(&cpu.buffer_type(), &[g.node(w)?.layout], BufferUsage::Weights)?;
+    let weights = alloc_tensors(
+        &cpu.buffer_type(),
+        &[g.node(w)?.layout],
+        BufferUsage::Weights,
+    )?;
     placement.bind(&g, w, &weights.tensors[0])?;
     GraphAllocator::new(cpu.buffer_type()).alloc_graph(&g, &mut placement)?;
 

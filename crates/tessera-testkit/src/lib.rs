@@ -9,6 +9,8 @@
 //!   thresholds of [`tolerance`];
 //! - [`support`]: the support mode, one line per case and device;
 //! - [`contract`]: the async contract of streams (ordering, events, copies);
+//! - [`decorate`]: a device decorator that refuses chosen ops (forces
+//!   splits in multi-device tests);
 //! - [`refdev`]: a device that computes with the reference (a self-check of
 //!   the harness and a second device for multi-device tests).
 //!
@@ -22,9 +24,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod block;
 pub mod cases;
 pub mod compare;
 pub mod contract;
+pub mod decorate;
 pub mod harness;
 pub mod refdev;
 pub mod reference;

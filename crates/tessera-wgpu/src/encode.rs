@@ -91,7 +91,11 @@ pub(crate) fn compute(
     let ids = || (start..end).map(|i| TensorId::from_index(i as u32));
     for id in ids() {
         let node = &graph.nodes()[id.index()];
-        if !node.is_leaf() && !node.op.is_view() && !support::supports_op(graph, id) {
+        if !node.is_leaf()
+            && !node.op.is_view()
+            && node.op != Op::Transfer
+            && !support::supports_op(graph, id)
+        {
             return Err(Error::unsupported(&core.name, graph.describe_node(id)));
         }
     }
@@ -99,7 +103,8 @@ pub(crate) fn compute(
     let mut batch = Batch::new(core);
     for id in ids() {
         let node = &graph.nodes()[id.index()];
-        if node.is_leaf() || node.op.is_view() {
+        // TRANSFER nodes are the scheduler's copies, made before the compute.
+        if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
             continue;
         }
         encode_node(&mut batch, core, graph, placement, id).map_err(|e| annotate(e, graph, id))?;

@@ -13,6 +13,7 @@
 //! | allocated `ggml_tensor` | [`Tensor`], [`Placement`] |
 //! | `ggml_tallocr`, `ggml_gallocr` | [`alloc`] |
 //! | `ggml_backend_graph_copy`, `_compare_graph_backend` | [`graph_copy`] |
+//! | `ggml_backend_sched` | [`Scheduler`] ([`sched`]) |
 //!
 //! It re-exports the device-free core ([`tessera_core`]): types, layouts,
 //! ops and the validating graph builder. Every fallible call returns
@@ -29,6 +30,7 @@ pub mod host_region;
 pub mod multi_buffer;
 pub mod placement;
 pub mod registry;
+pub mod sched;
 pub mod stream;
 pub mod stream_options;
 pub mod tensor;
@@ -50,6 +52,7 @@ pub use host_region::{HostAccessLock, HostGuard, HostRegion};
 pub use multi_buffer::MultiBuffer;
 pub use placement::{Place, Placement};
 pub use registry::{DeviceFamily, Registry};
+pub use sched::{EvalCallback, OpOffload, Reason, Scheduler, SchedulerOptions, Split, SplitInput};
 pub use stream::{AbortCallback, PendingRead, Stream, copy_async};
 pub use stream_options::StreamOptions;
 pub use tensor::Tensor;

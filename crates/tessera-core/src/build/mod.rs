@@ -10,6 +10,7 @@ mod elementwise;
 mod index;
 pub(crate) mod matmul;
 mod norm;
+mod rewrite;
 pub(crate) mod shape;
 
 use crate::dtype::DType;

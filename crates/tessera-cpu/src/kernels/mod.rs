@@ -196,7 +196,9 @@ pub type KernelFn = fn(&NodeCtx) -> tessera::Result<()>;
 /// views).
 pub fn kernel_for(op: &Op) -> Option<KernelFn> {
     Some(match op {
-        Op::None | Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose => return None,
+        Op::None | Op::Transfer | Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose => {
+            return None;
+        }
         Op::Dup | Op::Cont | Op::Cpy => copy::copy,
         Op::GetRows => rows::get_rows,
         Op::SetRows => rows::set_rows,

@@ -62,7 +62,9 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         node.src(i).map(|s| mem.load(graph, s)).transpose()
     };
     let out = match node.op {
-        Op::None | Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose => return Ok(()),
+        Op::None | Op::Transfer | Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose => {
+            return Ok(());
+        }
         Op::Dup | Op::Cont => load(mem, 0)?,
         Op::Cpy => load(mem, 0)?.reshaped(node.layout.ne)?,
         Op::SetRows => return set_rows(graph, mem, id, node),

@@ -272,6 +272,11 @@ impl GraphAllocator {
     }
 
     /// Is `buffer` one of this allocator's current chunk buffers?
+    /// Is `buffer` one of this allocator's own (compute memory it planned)?
+    pub fn owns(&self, buffer: &Arc<dyn Buffer>) -> bool {
+        self.is_own(buffer)
+    }
+
     fn is_own(&self, buffer: &Arc<dyn Buffer>) -> bool {
         self.chunks
             .iter()

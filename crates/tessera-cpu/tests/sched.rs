@@ -1,0 +1,473 @@
+//! The scheduler over two devices on one machine: a decorator device
+//! (`tessera_testkit::decorate::Refusing`: the CPU under another name, with
+//! memory the CPU cannot read, refusing chosen ops) before the CPU. Both
+//! compute with the CPU's kernels, so a scheduled graph must give results
+//! *identical* to the same graph on the CPU alone; the assignment, the
+//! splits and the copies are checked exactly on known graphs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use tessera::alloc::alloc_tensors;
+use tessera::{
+    BufferUsage, DType, Device, Error, EvalCallback, Graph, GraphAllocator, Op, OpOffload,
+    Placement, Reason, Scheduler, SchedulerOptions, Stream, StreamOptions, TensorId,
+};
+use tessera_testkit::block::{Block, BlockShape};
+use tessera_testkit::decorate::Refusing;
+
+fn cpu() -> Arc<dyn Device> {
+    tessera_cpu::device()
+}
+
+fn stream(d: &Arc<dyn Device>) -> Arc<dyn Stream> {
+    d.new_stream(&StreamOptions::new().threads(2)).unwrap()
+}
+
+/// A decorator refusing ops whose name is in `refused`.
+fn refusing(refused: &'static [&'static str]) -> Arc<dyn Device> {
+    Refusing::new(cpu(), "DEC", move |g: &Graph, id: TensorId| {
+        refused.contains(&g.node(id).unwrap().op.display_name())
+    })
+}
+
+fn sched(devs: &[Arc<dyn Device>], options: SchedulerOptions) -> Scheduler {
+    Scheduler::new(devs.iter().map(stream).collect(), options).unwrap()
+}
+
+/// Bind every weight of `b` in a Weights buffer of `dev`, with its values.
+fn bind_weights(b: &Block, dev: &Arc<dyn Device>, p: &mut Placement) -> tessera::TensorSet {
+    let layouts: Vec<_> = b
+        .weights
+        .iter()
+        .map(|&w| b.graph.node(w).unwrap().layout)
+        .collect();
+    let set = alloc_tensors(&dev.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
+    for (&w, t) in b.weights.iter().zip(&set.tensors) {
+        p.bind(&b.graph, w, t).unwrap();
+        t.write_f32(&b.weight_values(w).unwrap()).unwrap();
+    }
+    set
+}
+
+/// The block's output computed on the CPU alone.
+fn reference(b: &Block, step: u64) -> Vec<f32> {
+    let cpu = cpu();
+    let mut p = Placement::new(&b.graph);
+    let _w = bind_weights(b, &cpu, &mut p);
+    GraphAllocator::new(cpu.buffer_type())
+        .alloc_graph(&b.graph, &mut p)
+        .unwrap();
+    p.tensor(&b.graph, b.x)
+        .unwrap()
+        .write_f32(&b.input_values(step).unwrap())
+        .unwrap();
+    stream(&cpu).compute(&b.graph, &p).unwrap();
+    p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap()
+}
+
+fn shape(wtype: DType) -> BlockShape {
+    BlockShape {
+        n_embd: 64,
+        n_ff: 128,
+        n_tokens: 7,
+        n_layers: 2,
+        wtype,
+    }
+}
+
+/// `mm = W x; h = mm + bias; s = silu(h); o = s * h`, W and bias on the
+/// decorator, which refuses SILU.
+struct Small {
+    g: Graph,
+    x: TensorId,
+    w: TensorId,
+    bias: TensorId,
+    mm: TensorId,
+    h: TensorId,
+    s: TensorId,
+    o: TensorId,
+}
+
+fn small() -> Small {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[32, 4]).unwrap();
+    let w = g.new_tensor(DType::F32, &[32, 16]).unwrap();
+    let bias = g.new_tensor(DType::F32, &[16, 4]).unwrap();
+    let mm = g.mul_mat(w, x).unwrap();
+    let h = g.add(mm, bias).unwrap();
+    let s = g.silu(h).unwrap();
+    let o = g.mul(s, h).unwrap();
+    g.set_output(o).unwrap();
+    Small {
+        g,
+        x,
+        w,
+        bias,
+        mm,
+        h,
+        s,
+        o,
+    }
+}
+
+fn ramp(n: usize, k: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7 % 13) as f32 - 6.0) * k).collect()
+}
+
+fn run_small(sc: &mut Scheduler, t: &Small, dev: &Arc<dyn Device>) -> Vec<f32> {
+    let mut p = Placement::new(&t.g);
+    let layouts = [t.w, t.bias].map(|id| t.g.node(id).unwrap().layout);
+    let set = alloc_tensors(&dev.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
+    p.bind(&t.g, t.w, &set.tensors[0]).unwrap();
+    p.bind(&t.g, t.bias, &set.tensors[1]).unwrap();
+    set.tensors[0].write_f32(&ramp(32 * 16, 0.05)).unwrap();
+    set.tensors[1].write_f32(&ramp(16 * 4, 0.1)).unwrap();
+    sc.alloc_graph(&t.g, &mut p).unwrap();
+    p.tensor(&t.g, t.x)
+        .unwrap()
+        .write_f32(&ramp(32 * 4, 0.03))
+        .unwrap();
+    sc.compute(&t.g, &p).unwrap();
+    p.tensor(&t.g, t.o).unwrap().read_f32().unwrap()
+}
+
+#[test]
+fn a_refused_op_runs_on_the_fallback_with_copies_in_and_out() {
+    let t = small();
+    let before = t.g.clone();
+    let dec = refusing(&["SILU"]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    let got = run_small(&mut sc, &t, &dec);
+    // The same graph on the CPU alone.
+    let mut cpu_only = sched(&[cpu()], SchedulerOptions::default());
+    let want = run_small(&mut cpu_only, &t, &cpu());
+    assert_eq!(got, want, "scheduled result differs from the CPU's");
+    assert_eq!(cpu_only.n_splits(), 1);
+    assert_eq!(cpu_only.n_copies_made(), 0);
+
+    let expect = [
+        (t.w, 0, Reason::Buffer),
+        (t.bias, 0, Reason::Buffer),
+        (t.x, 1, Reason::Input),
+        (t.mm, 0, Reason::Weights),
+        (t.h, 0, Reason::Weights),
+        (t.s, 1, Reason::BestInputs),
+        (t.o, 0, Reason::ExpandGpu),
+    ];
+    for (id, dev, why) in expect {
+        assert_eq!(sc.device_of(id), Some((dev, why)), "node {id}");
+    }
+    // DEC [mm, h] | CPU [s] | DEC [o]: x copied in, h out, s back in.
+    assert_eq!(sc.n_splits(), 3);
+    let devs: Vec<usize> = sc.splits().iter().map(|s| s.device).collect();
+    assert_eq!(devs, [0, 1, 0]);
+    let inputs: Vec<Vec<TensorId>> = sc
+        .splits()
+        .iter()
+        .map(|s| s.inputs.iter().map(|i| i.source).collect())
+        .collect();
+    assert_eq!(inputs, [vec![t.x], vec![t.h], vec![t.s]]);
+    assert_eq!(sc.n_copies_made(), 3);
+    // `o` reads `h` on DEC itself: no second copy of `h`.
+    assert_eq!(t.g, before, "the user's graph is unchanged");
+    let text = sc.describe(&t.g, true);
+    assert!(text.contains("3 splits, 3 copies"), "{text}");
+    assert!(
+        text.contains("best-inputs") && text.contains("expand-gpu"),
+        "{text}"
+    );
+    let dot = sc.to_dot(&t.g);
+    assert!(
+        dot.contains("cluster_2") && dot.contains("style=dashed"),
+        "{dot}"
+    );
+}
+
+#[test]
+fn a_transformer_block_over_two_devices_matches_the_cpu() {
+    for (wtype, refused) in [
+        (DType::F32, &["SOFT_MAX"][..]),
+        (DType::Q8_0, &["SOFT_MAX", "RMS_NORM"][..]),
+        (DType::Q4_0, &["MUL_MAT"][..]),
+        (DType::F16, &[][..]),
+    ] {
+        let refused: &'static [&'static str] = Box::leak(refused.to_vec().into_boxed_slice());
+        let b = Block::build(shape(wtype)).unwrap();
+        let dec = refusing(refused);
+        let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+        let mut p = Placement::new(&b.graph);
+        let _w = bind_weights(&b, &dec, &mut p);
+        sc.alloc_graph(&b.graph, &mut p).unwrap();
+        for step in 0..2 {
+            p.tensor(&b.graph, b.x)
+                .unwrap()
+                .write_f32(&b.input_values(step).unwrap())
+                .unwrap();
+            sc.compute(&b.graph, &p).unwrap();
+            let got = p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+            assert_eq!(got, reference(&b, step), "{wtype} refusing {refused:?}");
+        }
+        for id in b.graph.op_ids() {
+            let n = b.graph.node(id).unwrap();
+            if n.op.is_view() {
+                continue;
+            }
+            let (d, _) = sc.device_of(id).unwrap();
+            if refused.contains(&n.op.display_name()) {
+                assert_eq!(d, 1, "{} must fall back to the CPU", n.label(id));
+            }
+        }
+        assert_eq!(sc.plan_count(), 1, "recomputing reuses the plan");
+        if refused.is_empty() {
+            // Everything on DEC: one split, the input copied once.
+            assert_eq!((sc.n_splits(), sc.n_copies_made()), (1, 1));
+        }
+    }
+}
+
+#[test]
+fn reserve_size_is_what_reserve_allocates() {
+    for refused in [
+        &["SOFT_MAX"][..],
+        &["MUL_MAT"][..],
+        &["ADD", "MUL"][..],
+        &[][..],
+    ] {
+        let refused: &'static [&'static str] = Box::leak(refused.to_vec().into_boxed_slice());
+        let b = Block::build(shape(DType::Q8_0)).unwrap();
+        let dec = refusing(refused);
+        let mut p = Placement::new(&b.graph);
+        let _w = bind_weights(&b, &dec, &mut p);
+        let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+        let sizes = sc.reserve_size(&b.graph, &p).unwrap();
+        assert_eq!(sizes.len(), 2);
+        assert_eq!(sc.buffer_size(0).unwrap(), 0, "nothing allocated yet");
+        sc.reserve(&b.graph, &p).unwrap();
+        let held = [sc.buffer_size(0).unwrap(), sc.buffer_size(1).unwrap()];
+        assert_eq!(held.to_vec(), sizes, "refusing {refused:?}");
+        // Allocation needs nothing more.
+        sc.alloc_graph(&b.graph, &mut p).unwrap();
+        let after = [sc.buffer_size(0).unwrap(), sc.buffer_size(1).unwrap()];
+        assert_eq!(after, held);
+        // Reserving the same graph twice, then sizing it, works (the
+        // graph is not modified by splitting).
+        sc.reserve(&b.graph, &p).unwrap();
+        assert_eq!(sc.reserve_size(&b.graph, &p).unwrap(), sizes);
+    }
+}
+
+#[test]
+fn a_changed_graph_is_planned_again() {
+    let dec = refusing(&["SOFT_MAX"]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    for (k, n_tokens) in [7usize, 7, 3, 3, 7].into_iter().enumerate() {
+        let b = Block::build(BlockShape {
+            n_tokens,
+            ..shape(DType::F32)
+        })
+        .unwrap();
+        let mut p = Placement::new(&b.graph);
+        let _w = bind_weights(&b, &dec, &mut p);
+        sc.alloc_graph(&b.graph, &mut p).unwrap();
+        p.tensor(&b.graph, b.x)
+            .unwrap()
+            .write_f32(&b.input_values(k as u64).unwrap())
+            .unwrap();
+        sc.compute(&b.graph, &p).unwrap();
+        let got = p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+        assert_eq!(got, reference(&b, k as u64), "graph {k}");
+        // Plans: 7 -> new, 7 -> reuse, 3 -> new, 3 -> reuse, 7 -> new.
+        assert_eq!(sc.plan_count(), [1, 1, 2, 2, 3][k], "graph {k}");
+    }
+}
+
+#[test]
+fn pins_and_op_offload_move_nodes() {
+    let t = small();
+    // Pin: `h` to the CPU.
+    let dec = refusing(&[]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    sc.pin(t.h, 1).unwrap();
+    let got = run_small(&mut sc, &t, &dec);
+    assert_eq!(sc.device_of(t.h), Some((1, Reason::Pin)));
+    assert_eq!(
+        got,
+        run_small(&mut sched(&[cpu()], Default::default()), &t, &cpu())
+    );
+    assert!(sc.pin(t.h, 2).is_err(), "no device 2");
+    sc.reset();
+    let _ = run_small(&mut sc, &t, &dec);
+    assert_ne!(
+        sc.device_of(t.h).map(|d| d.1),
+        Some(Reason::Pin),
+        "reset clears pins"
+    );
+
+    // Offload: weights in host (CPU) memory, 32 rows: DEC's offload_op says
+    // yes from 32 rows.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[64, 32]).unwrap();
+    let w = g.new_tensor(DType::F32, &[64, 64]).unwrap();
+    let y = g.mul_mat(w, x).unwrap();
+    g.set_output(y).unwrap();
+    for (policy, want) in [
+        (OpOffload::Device, (0, Reason::Offload)),
+        (OpOffload::Off, (1, Reason::Weights)),
+        (OpOffload::MinBatch(64), (1, Reason::Weights)),
+        (OpOffload::MinBatch(16), (0, Reason::Offload)),
+    ] {
+        let mut sc = sched(
+            &[dec.clone(), cpu()],
+            SchedulerOptions {
+                op_offload: policy,
+                ..Default::default()
+            },
+        );
+        let mut p = Placement::new(&g);
+        let set = alloc_tensors(
+            &cpu().buffer_type(),
+            &[g.node(w).unwrap().layout],
+            BufferUsage::Weights,
+        )
+        .unwrap();
+        p.bind(&g, w, &set.tensors[0]).unwrap();
+        set.tensors[0].write_f32(&ramp(64 * 64, 0.01)).unwrap();
+        sc.alloc_graph(&g, &mut p).unwrap();
+        p.tensor(&g, x)
+            .unwrap()
+            .write_f32(&ramp(64 * 32, 0.1))
+            .unwrap();
+        sc.compute(&g, &p).unwrap();
+        assert_eq!(sc.device_of(y), Some(want), "{policy:?}");
+        if want.0 == 0 {
+            // The weight and the input are copied to DEC.
+            let copied: Vec<TensorId> = sc.splits()[0].inputs.iter().map(|i| i.source).collect();
+            assert!(copied.contains(&w) && copied.contains(&x), "{copied:?}");
+        }
+    }
+}
+
+#[test]
+fn the_eval_callback_observes_and_stop_means_nothing_after_runs() {
+    // x -> a = 2x (DEC) -> b = W a (CPU: DEC refuses MUL_MAT) -> c = b + b
+    // (DEC). Stopping at `a` leaves `b` and `c` uncomputed; `b` lives while
+    // `a` does, so its memory is its own.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[16, 2]).unwrap();
+    let w = g.new_tensor(DType::F32, &[16, 16]).unwrap();
+    let a = g.scale(x, 2.0).unwrap();
+    let b = g.mul_mat(w, a).unwrap();
+    let c = g.add(b, b).unwrap();
+    g.set_output(c).unwrap();
+    let dec = refusing(&["MUL_MAT"]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let seen = seen.clone();
+        sc.set_eval_callback(Some(EvalCallback {
+            want: Box::new(|_, _| true),
+            observe: Box::new(move |_, id, tensor| {
+                seen.lock().unwrap().push((id, tensor.read_f32().unwrap()));
+                id != a
+            }),
+        }));
+    }
+    let mut p = Placement::new(&g);
+    let set = alloc_tensors(
+        &cpu().buffer_type(),
+        &[g.node(w).unwrap().layout],
+        BufferUsage::Weights,
+    )
+    .unwrap();
+    p.bind(&g, w, &set.tensors[0]).unwrap();
+    set.tensors[0].write_f32(&ramp(256, 0.1)).unwrap();
+    sc.alloc_graph(&g, &mut p).unwrap();
+    p.tensor(&g, x).unwrap().write_f32(&ramp(32, 0.5)).unwrap();
+    let tb = p.tensor(&g, b).unwrap();
+    tb.write_f32(&[f32::NAN; 32]).unwrap();
+    assert!(matches!(sc.compute(&g, &p), Err(Error::Aborted)));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "observed up to the stop only");
+    assert_eq!(seen[0].0, a);
+    let want_a: Vec<f32> = ramp(32, 0.5).iter().map(|v| 2.0 * v).collect();
+    assert_eq!(seen[0].1, want_a, "the observed tensor holds its value");
+    assert!(
+        tb.read_f32().unwrap().iter().all(|v| v.is_nan()),
+        "nothing after the stop ran"
+    );
+    // Without the callback the same scheduler computes everything.
+    sc.set_eval_callback(None);
+    sc.compute(&g, &p).unwrap();
+    let got_c = p.tensor(&g, c).unwrap().read_f32().unwrap();
+    let got_b = tb.read_f32().unwrap();
+    assert!(got_b.iter().all(|v| v.is_finite()));
+    let want_c: Vec<f32> = got_b.iter().map(|v| v + v).collect();
+    assert_eq!(got_c, want_c);
+}
+
+#[test]
+fn errors_name_the_node_and_the_scheduler_recovers() {
+    let t = small();
+    // SILU runs nowhere: both devices refuse it.
+    let a = refusing(&["SILU"]);
+    let b = Refusing::new(cpu(), "DEC2", |g: &Graph, id: TensorId| {
+        g.node(id).unwrap().op.display_name() == "SILU"
+    }) as Arc<dyn Device>;
+    let mut sc = sched(&[a.clone(), b], SchedulerOptions::default());
+    let mut p = Placement::new(&t.g);
+    match sc.alloc_graph(&t.g, &mut p) {
+        Err(Error::Unsupported { what, .. }) => assert!(what.contains("SILU"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // Weights in memory no device of the scheduler reads.
+    let other = refusing(&[]);
+    let mut sc = sched(&[refusing(&[]), cpu()], SchedulerOptions::default());
+    let mut p = Placement::new(&t.g);
+    let set = alloc_tensors(
+        &other.buffer_type(),
+        &[t.g.node(t.w).unwrap().layout],
+        BufferUsage::Weights,
+    )
+    .unwrap();
+    p.bind(&t.g, t.w, &set.tensors[0]).unwrap();
+    match sc.alloc_graph(&t.g, &mut p) {
+        Err(Error::Unsupported { what, .. }) => assert!(what.contains("none of"), "{what}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // A device failing mid-compute: the CPU stream's abort callback.
+    let cpu_stream = stream(&cpu());
+    let dec = refusing(&["SILU"]);
+    let mut sc = Scheduler::new(
+        vec![stream(&dec), cpu_stream.clone()],
+        SchedulerOptions::default(),
+    )
+    .unwrap();
+    cpu_stream
+        .set_abort_callback(Some(Arc::new(|| true)))
+        .unwrap();
+    let mut p = Placement::new(&t.g);
+    let layouts = [t.w, t.bias].map(|id| t.g.node(id).unwrap().layout);
+    let set = alloc_tensors(&dec.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
+    p.bind(&t.g, t.w, &set.tensors[0]).unwrap();
+    p.bind(&t.g, t.bias, &set.tensors[1]).unwrap();
+    sc.alloc_graph(&t.g, &mut p).unwrap();
+    assert!(matches!(sc.compute(&t.g, &p), Err(Error::Aborted)));
+    cpu_stream.set_abort_callback(None).unwrap();
+    sc.compute(&t.g, &p).unwrap();
+    // Bad options and arguments.
+    assert!(Scheduler::new(vec![], SchedulerOptions::default()).is_err());
+    let mut sc = sched(&[cpu()], SchedulerOptions::default());
+    assert!(sc.pin(t.h, 1).is_err());
+    assert!(
+        Scheduler::with_buffer_types(
+            vec![stream(&cpu())],
+            vec![dec.buffer_type()],
+            SchedulerOptions::default()
+        )
+        .is_err(),
+        "the CPU cannot compute in DEC memory"
+    );
+    let _ = Op::None;
+}

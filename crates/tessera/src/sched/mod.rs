@@ -1,0 +1,466 @@
+//! The scheduler: one graph over several devices (ggml's `ggml_backend_sched`).
+//!
+//! Give it streams in priority order (the last one is the fallback, normally
+//! the CPU, which runs every op). For each graph it decides which device runs
+//! each node ([`assign`], with the reason for each decision), cuts the graph
+//! into per-device *splits* with the copies between them ([`Split`]), plans
+//! the compute memory of every device at once with the [`GraphAllocator`]
+//! (so [`Scheduler::reserve_size`] is exactly what is then allocated), and
+//! runs the splits on their streams, copying inputs with [`copy_async`].
+//!
+//! The user's graph is never modified: splitting builds a new, rewritten
+//! graph (with TRANSFER nodes for the copies), so a graph can be reserved,
+//! sized and allocated any number of times. A graph of the same structure
+//! as the last one (same nodes, same user memory, same pins; see `key`)
+//! reuses the plan without assigning or splitting again.
+//!
+//! # Usage
+//!
+//! `alloc_graph(&graph, &mut placement)` gives every tensor of the graph
+//! that has no memory yet its place (on the device that produces it), so the
+//! caller can write the inputs; `compute(&graph, &placement)` runs it.
+//! `compute` on a graph not allocated yet allocates it first.
+//!
+//! # Seeing the plan
+//!
+//! `TESSERA_SCHED_DEBUG=1` prints each new plan's splits with their inputs
+//! and sizes to stderr, `=2` also every node with its device and why it went
+//! there; [`Scheduler::describe`] returns the same text and
+//! [`Scheduler::to_dot`] a Graphviz picture.
+//!
+//! # Errors
+//!
+//! A node no device runs, memory a device cannot provide, a device failing
+//! during compute: each is an [`Error`] naming the node or device. After an
+//! error, [`Scheduler::reset`] (or simply the next call) starts clean.
+
+pub mod assign;
+mod debug;
+mod key;
+mod run;
+mod split;
+
+use std::sync::Arc;
+
+pub use assign::{OpOffload, Reason};
+pub use run::EvalCallback;
+pub use split::{Split, SplitInput};
+
+use crate::alloc::GraphAllocator;
+use crate::buffer::BufferType;
+use crate::device::Device;
+use crate::placement::Placement;
+use crate::stream::Stream;
+use crate::{Error, Graph, Result, TensorId};
+
+use assign::{Assignment, Dev};
+use key::GraphKey;
+use split::Rewrite;
+
+/// How a [`Scheduler`] works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    /// Copies of the split inputs, for pipelining consecutive computes
+    /// across devices (1: off, the default).
+    pub n_copies: usize,
+    /// When ops whose weights are in host memory go to a faster device.
+    pub op_offload: OpOffload,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            n_copies: 1,
+            op_offload: OpOffload::Device,
+        }
+    }
+}
+
+/// A plan for one graph structure.
+#[derive(Debug)]
+struct Plan {
+    key: GraphKey,
+    assignment: Assignment,
+    rewrite: Rewrite,
+    /// The allocator holds this plan (reserve_with ran for it).
+    reserved: bool,
+}
+
+/// One graph over several devices.
+pub struct Scheduler {
+    devices: Vec<Arc<dyn Device>>,
+    streams: Vec<Arc<dyn Stream>>,
+    bufts: Vec<Arc<dyn BufferType>>,
+    options: SchedulerOptions,
+    allocator: GraphAllocator,
+    pins: Vec<(usize, usize)>,
+    plan: Option<Plan>,
+    /// The rewritten graph's placement from the last `alloc_graph`.
+    placed: Option<Placement>,
+    eval: Option<EvalCallback>,
+    debug: u8,
+    plans: usize,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field(
+                "devices",
+                &self.devices.iter().map(|d| d.name()).collect::<Vec<_>>(),
+            )
+            .field("options", &self.options)
+            .field("n_splits", &self.n_splits())
+            .field("plans", &self.plans)
+            .finish()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler over `streams` in priority order (the last is the
+    /// fallback), each device using its default buffer type.
+    pub fn new(streams: Vec<Arc<dyn Stream>>, options: SchedulerOptions) -> Result<Self> {
+        let bufts = streams.iter().map(|s| s.device().buffer_type()).collect();
+        Self::with_buffer_types(streams, bufts, options)
+    }
+
+    /// As [`Scheduler::new`], with the buffer type of each device's compute
+    /// memory given (each device must be able to read its own).
+    pub fn with_buffer_types(
+        streams: Vec<Arc<dyn Stream>>,
+        bufts: Vec<Arc<dyn BufferType>>,
+        options: SchedulerOptions,
+    ) -> Result<Self> {
+        if streams.is_empty() {
+            return Err(Error::NotFound("a stream for the scheduler".into()));
+        }
+        if bufts.len() != streams.len() {
+            return Err(Error::InvalidLayout(format!(
+                "{} buffer types for {} streams",
+                bufts.len(),
+                streams.len()
+            )));
+        }
+        if options.n_copies != 1 {
+            return Err(Error::unsupported(
+                "scheduler",
+                format!(
+                    "{} copies of split inputs (pipelining is not built yet: use 1)",
+                    options.n_copies
+                ),
+            ));
+        }
+        let devices: Vec<Arc<dyn Device>> = streams.iter().map(|s| s.device()).collect();
+        for (d, b) in devices.iter().zip(&bufts) {
+            if !d.supports_buffer_type(b.as_ref()) {
+                return Err(Error::unsupported(
+                    d.name(),
+                    format!("its compute memory in buffer type '{}'", b.name()),
+                ));
+            }
+        }
+        let debug = std::env::var("TESSERA_SCHED_DEBUG")
+            .ok()
+            .and_then(|v| v.trim().parse::<u8>().ok())
+            .unwrap_or(0);
+        Ok(Scheduler {
+            allocator: GraphAllocator::with_buffer_types(bufts.clone()),
+            devices,
+            streams,
+            bufts,
+            options,
+            pins: Vec::new(),
+            plan: None,
+            placed: None,
+            eval: None,
+            debug,
+            plans: 0,
+        })
+    }
+
+    /// The devices, in priority order.
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> SchedulerOptions {
+        self.options
+    }
+
+    /// Run node `id` of the next graphs on device `device` (an index into
+    /// [`Scheduler::devices`]), whatever the passes would choose (ggml's
+    /// `set_tensor_backend`). Pins hold until [`Scheduler::reset`]. The
+    /// device must support the op, or planning fails naming the node.
+    pub fn pin(&mut self, id: TensorId, device: usize) -> Result<()> {
+        if device >= self.devices.len() {
+            return Err(Error::NotFound(format!(
+                "device {device}: the scheduler has {}",
+                self.devices.len()
+            )));
+        }
+        self.pins.retain(|&(i, _)| i != id.index());
+        self.pins.push((id.index(), device));
+        self.pins.sort_unstable();
+        Ok(())
+    }
+
+    /// The device (index) and reason of node `id` in the last planned graph.
+    pub fn device_of(&self, id: TensorId) -> Option<(usize, Reason)> {
+        let a = &self.plan.as_ref()?.assignment;
+        Some((*a.dev.get(id.index())?, *a.why.get(id.index())?))
+    }
+
+    /// Splits of the last planned graph.
+    pub fn splits(&self) -> &[Split] {
+        self.plan.as_ref().map_or(&[], |p| &p.rewrite.splits)
+    }
+
+    /// Number of splits of the last planned graph.
+    pub fn n_splits(&self) -> usize {
+        self.splits().len()
+    }
+
+    /// Number of tensor copies between devices per compute of the last
+    /// planned graph.
+    pub fn n_copies_made(&self) -> usize {
+        self.splits().iter().map(|s| s.inputs.len()).sum()
+    }
+
+    /// How many times a graph was planned (assigned and split) so far; a
+    /// graph that reuses the last plan does not count.
+    pub fn plan_count(&self) -> usize {
+        self.plans
+    }
+
+    /// Compute memory held for device `device`, in bytes.
+    pub fn buffer_size(&self, device: usize) -> Result<usize> {
+        self.allocator.buffer_size(device)
+    }
+
+    /// The rewritten graph of the last plan (the user's nodes, in split
+    /// order, with TRANSFER nodes for the copies).
+    pub fn split_graph(&self) -> Option<&Graph> {
+        self.plan.as_ref().map(|p| &p.rewrite.graph)
+    }
+
+    /// Observe chosen nodes during compute (see [`EvalCallback`]); `None`
+    /// removes it.
+    pub fn set_eval_callback(&mut self, callback: Option<EvalCallback>) {
+        self.eval = callback;
+    }
+
+    /// Forget the plan, the allocation and the pins (ggml's `reset`); the
+    /// compute memory stays reserved for the next graph.
+    pub fn reset(&mut self) {
+        self.plan = None;
+        self.placed = None;
+        self.pins.clear();
+    }
+
+    /// Wait for every stream.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut first = Ok(());
+        for s in &self.streams {
+            if let Err(e) = s.synchronize()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+
+    /// Plan `graph` and allocate the compute memory it needs on every
+    /// device (buffers only grow), without placing anything (ggml's
+    /// `reserve`, for a worst-case graph).
+    pub fn reserve(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        let user = self.user_placement(graph, placement)?;
+        self.ensure_plan(graph, &user)?;
+        let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
+        let rp = map_placement(&plan.rewrite, graph, &user)?;
+        self.allocator
+            .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
+        plan.reserved = true;
+        Ok(())
+    }
+
+    /// The compute bytes per device that [`Scheduler::reserve`] would need
+    /// for `graph`, without allocating (ggml's `reserve_size`): on a fresh
+    /// scheduler, `reserve` then allocates exactly these sizes.
+    pub fn reserve_size(&mut self, graph: &Graph, placement: &Placement) -> Result<Vec<usize>> {
+        let user = self.user_placement(graph, placement)?;
+        self.ensure_plan(graph, &user)?;
+        let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
+        let rp = map_placement(&plan.rewrite, graph, &user)?;
+        self.allocator
+            .reserve_size(&plan.rewrite.graph, &rp, Some(&plan.rewrite.buffer_ids))
+    }
+
+    /// Plan `graph` if needed and give every tensor without memory its place
+    /// in the devices' compute memory, writing the places into `placement`
+    /// (so the caller can fill inputs and read outputs).
+    pub fn alloc_graph(&mut self, graph: &Graph, placement: &mut Placement) -> Result<()> {
+        let user = self.user_placement(graph, placement)?;
+        self.ensure_plan(graph, &user)?;
+        let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
+        let mut rp = map_placement(&plan.rewrite, graph, &user)?;
+        if !plan.reserved {
+            self.allocator
+                .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
+            plan.reserved = true;
+        }
+        self.allocator.alloc_graph(&plan.rewrite.graph, &mut rp)?;
+        placement.fit(graph);
+        for id in graph.ids() {
+            if placement
+                .get(id)
+                .is_some_and(|p| !self.allocator.owns(&p.buffer))
+            {
+                continue;
+            }
+            let nid = plan.rewrite.map[id.index()];
+            match rp.get(nid) {
+                Some(p) => placement.set(graph, id, p.clone())?,
+                None => placement.clear(id),
+            }
+        }
+        self.placed = Some(rp);
+        Ok(())
+    }
+
+    /// Compute `graph` and wait for it (ggml's `graph_compute`).
+    pub fn compute(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        let queued = self.compute_async(graph, placement);
+        // Wait for whatever was queued, also when queueing stopped early.
+        let done = self.synchronize();
+        queued.and(done)
+    }
+
+    /// Queue the computation of `graph` on the streams (ggml's
+    /// `graph_compute_async`); [`Scheduler::synchronize`] waits for it.
+    /// Allocates the graph first if `placement` lacks places.
+    pub fn compute_async(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        let complete =
+            placement.len() == graph.len() && graph.ids().all(|id| placement.get(id).is_some());
+        let user = self.user_placement(graph, placement)?;
+        let reuse = complete
+            && self.placed.is_some()
+            && self
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.key == GraphKey::of(graph, &user, &self.pins));
+        if !reuse {
+            let mut p = placement.clone();
+            self.alloc_graph(graph, &mut p)?;
+            return self.run(graph, &p);
+        }
+        self.run(graph, placement)
+    }
+
+    /// Run the splits of the current plan; `placement` has every tensor of
+    /// the user's graph placed.
+    fn run(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
+        let rp = self
+            .placed
+            .as_mut()
+            .ok_or_else(|| internal("not allocated"))?;
+        // The user's current places (they may have bound other memory since).
+        for id in graph.ids() {
+            if let Some(p) = placement.get(id) {
+                rp.set(&plan.rewrite.graph, plan.rewrite.map[id.index()], p.clone())?;
+            }
+        }
+        run::run_splits(&self.streams, &plan.rewrite, rp, graph, self.eval.as_mut())
+    }
+
+    /// The user's placement without the scheduler's own compute memory.
+    fn user_placement(&self, graph: &Graph, placement: &Placement) -> Result<Placement> {
+        let mut user = Placement::new(graph);
+        for id in graph.ids() {
+            if let Some(p) = placement.get(id)
+                && !self.allocator.owns(&p.buffer)
+            {
+                user.set(graph, id, p.clone())?;
+            }
+        }
+        Ok(user)
+    }
+
+    /// Make sure the plan is for `graph` with the user's memory `user`.
+    fn ensure_plan(&mut self, graph: &Graph, user: &Placement) -> Result<()> {
+        let key = GraphKey::of(graph, user, &self.pins);
+        if self.plan.as_ref().is_some_and(|p| p.key == key) {
+            return Ok(());
+        }
+        self.plan = None;
+        self.placed = None;
+        let devs: Vec<Dev<'_>> = self
+            .devices
+            .iter()
+            .zip(&self.bufts)
+            .map(|(d, b)| Dev {
+                device: d.as_ref(),
+                buft: b,
+            })
+            .collect();
+        let assignment = assign::assign(graph, user, &devs, self.options.op_offload, &self.pins)?;
+        let rewrite = split::split(graph, user, &devs, &assignment)?;
+        self.plans += 1;
+        let plan = Plan {
+            key,
+            assignment,
+            rewrite,
+            reserved: false,
+        };
+        if self.debug > 0 {
+            eprint!(
+                "{}",
+                debug::describe(
+                    &plan.rewrite,
+                    &plan.assignment,
+                    graph,
+                    &self.devices,
+                    self.debug >= 2
+                )
+            );
+        }
+        self.plan = Some(plan);
+        Ok(())
+    }
+
+    /// The last plan as text: the splits with their inputs and sizes, and,
+    /// with `nodes`, every node with its device and reason (what
+    /// `TESSERA_SCHED_DEBUG` prints).
+    pub fn describe(&self, graph: &Graph, nodes: bool) -> String {
+        match &self.plan {
+            Some(p) => debug::describe(&p.rewrite, &p.assignment, graph, &self.devices, nodes),
+            None => "no plan\n".into(),
+        }
+    }
+
+    /// The last plan as a Graphviz DOT picture: one cluster per split,
+    /// nodes coloured by device, copies as dashed edges.
+    pub fn to_dot(&self, graph: &Graph) -> String {
+        match &self.plan {
+            Some(p) => debug::to_dot(&p.rewrite, &p.assignment, graph, &self.devices),
+            None => "digraph sched {}\n".into(),
+        }
+    }
+}
+
+/// The user's placement carried over to the rewritten graph.
+fn map_placement(rw: &Rewrite, graph: &Graph, user: &Placement) -> Result<Placement> {
+    let mut rp = Placement::new(&rw.graph);
+    for id in graph.ids() {
+        if let Some(p) = user.get(id) {
+            rp.set(&rw.graph, rw.map[id.index()], p.clone())?;
+        }
+    }
+    Ok(rp)
+}
+
+fn internal(what: &str) -> Error {
+    Error::device("scheduler", format!("internal error: {what}"))
+}
