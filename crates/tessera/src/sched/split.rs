@@ -141,12 +141,18 @@ pub(super) fn split(
         a,
     };
     let n = graph.len();
-    // 1. Where each split starts (user node index) and its device.
+    // 1. Where each split starts (user node index) and its device. Copies
+    //    already made for a device are reused, so only new ones count.
     let mut starts: Vec<(usize, usize)> = Vec::new();
     let mut has_inputs = false;
+    let mut copied: std::collections::HashSet<(usize, usize)> = Default::default();
     for i in (0..n).filter(|&i| cx.computes(i)) {
         let d = a.dev[i];
-        let copies_weight = cx.needs_copy(d, i).any(|s| cx.is_weight(s));
+        let new: Vec<usize> = cx
+            .needs_copy(d, i)
+            .filter(|&s| !copied.contains(&(s, d)))
+            .collect();
+        let copies_weight = new.iter().any(|&s| cx.is_weight(s));
         let new_split = match starts.last() {
             None => true,
             Some(&(_, cur)) => cur != d || (copies_weight && has_inputs),
@@ -155,7 +161,8 @@ pub(super) fn split(
             starts.push((i, d));
             has_inputs = false;
         }
-        has_inputs |= cx.needs_copy(d, i).next().is_some();
+        has_inputs |= !new.is_empty();
+        copied.extend(new.into_iter().map(|s| (s, d)));
     }
     // 2. The rewritten graph: leaves first, then per split its copies and
     //    its nodes (views and other non-computing nodes where they fall).
