@@ -4,7 +4,8 @@
 //! - `tessera bench ops` measures ops in ggml's test-backend-ops perf format,
 //!   next to ggml's own figures on this kind of machine;
 //! - `tessera test` runs the conformance harness on a device;
-//! - `tessera support` prints which op cases each device supports.
+//! - `tessera support` prints which op cases each device supports;
+//! - `tessera plan` shows how the scheduler splits a graph over devices.
 
 use std::process::ExitCode;
 
@@ -13,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod conformance;
 mod devices;
+mod plan;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,6 +50,8 @@ enum Command {
     },
     /// Print which op cases each device supports.
     Support,
+    /// Show how the scheduler splits a transformer graph over devices.
+    Plan(plan::PlanArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -63,6 +67,9 @@ impl Command {
     fn uses_gpu(&self) -> bool {
         match self {
             Command::Devices | Command::Support => true,
+            Command::Plan(args) => {
+                args.devices.is_empty() || args.devices.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
+            }
             Command::Test { device, .. } => device
                 .as_deref()
                 .is_none_or(|d| !d.eq_ignore_ascii_case("cpu")),
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
             verbose,
         } => conformance::run_test(device.as_deref(), filter.as_deref(), verbose),
         Command::Support => conformance::run_support(),
+        Command::Plan(args) => plan::run(&args),
     };
     match result {
         Ok(code) => code,
