@@ -1,8 +1,10 @@
 //! `tessera`: the command-line front of Tessera.
 //!
 //! - `tessera devices` lists device families and devices with their properties;
-//! - `tessera bench ops` measures ops in ggml's test-backend-ops perf format,
-//!   next to ggml's own figures on this kind of machine;
+//! - `tessera bench ops` measures ops in ggml's test-backend-ops perf format;
+//!   with `--ggml` it measures ggml live on the same machine and prints the
+//!   ratio, otherwise ggml's figures recorded on another machine, labelled,
+//!   without a ratio;
 //! - `tessera test` runs the conformance harness on a device;
 //! - `tessera support` prints which op cases each device supports;
 //! - `tessera plan` shows how the scheduler splits a graph over devices.
@@ -68,7 +70,8 @@ impl Command {
         match self {
             Command::Devices | Command::Support => true,
             Command::Plan(args) => {
-                args.devices.is_empty() || args.devices.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
+                args.devices.is_empty()
+                    || args.devices.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
             }
             Command::Test { device, .. } => device
                 .as_deref()

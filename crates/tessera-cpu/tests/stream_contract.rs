@@ -10,7 +10,8 @@ use tessera::{
     BufferUsage, DType, Device, Graph, Placement, RopeMode, RopeParams, compare_graph,
     compare_graph_nodes, graph_copy,
 };
-use tessera_testkit::{ReferenceDevice, contract};
+use tessera_testkit::sabotage::{SkipEvents, skip_events};
+use tessera_testkit::{GatedDevice, ReferenceDevice, contract};
 
 fn cpu() -> Arc<dyn Device> {
     tessera_cpu::device()
@@ -26,6 +27,25 @@ fn copies_between_the_cpu_and_another_device_are_ordered() {
     let r: Arc<dyn Device> = ReferenceDevice::new();
     contract::check_copy_between(&cpu(), &r).unwrap();
     contract::check_copy_between(&r, &cpu()).unwrap();
+}
+
+/// The CPU is synchronous: a no-op record or wait on its own events cannot
+/// be observed (`contract::check_events` says what it checks instead). Its
+/// wait on *another* device's event must block, though: with the gated
+/// device (nothing runs until a host wait needs it) recording, a CPU stream
+/// that did not wait would synchronize before the event signals. The same
+/// check with the CPU's `wait_event` turned into a no-op fails.
+#[test]
+fn a_cpu_stream_waits_on_an_asynchronous_device_event() {
+    let gated: Arc<dyn Device> = GatedDevice::new();
+    contract::check_events_between(&gated, &cpu()).unwrap();
+    contract::check_events_between(&cpu(), &gated).unwrap();
+    let skip = SkipEvents {
+        record: false,
+        wait: true,
+    };
+    let e = contract::check_events_between(&gated, &skip_events(cpu(), skip)).unwrap_err();
+    assert!(e.contains("the wait did not hold B back"), "{e}");
 }
 
 /// A small attention block: norm, projections, rope, attention, MLP.

@@ -8,6 +8,15 @@
 //! `compute_async` returns. On a synchronous device they hold trivially; on
 //! an asynchronous one (a GPU queue) they are the real test. Each check
 //! returns `Err` with what went wrong.
+//!
+//! The event checks ([`check_events`], module `events`) are built so that a
+//! stream whose `record_event` or `wait_event` does nothing fails them on an
+//! asynchronous device; the tests prove it on the deterministic
+//! [`crate::gated::GatedDevice`] with [`crate::sabotage::skip_events`].
+
+mod events;
+
+pub use events::{EventWork, check_events, check_events_between, check_events_with};
 
 use std::sync::Arc;
 
@@ -129,53 +138,6 @@ pub fn check_ordering(device: &Arc<dyn Device>) -> Check {
         &sg.y.read_vec::<f32>().map_err(err)?,
         &want_b,
     )
-}
-
-/// Item 5: an event recorded after a compute on one stream, waited on by a
-/// second stream, orders the second stream's work after the first's; the
-/// host can wait on it too. Skipped (Ok) if the device has no events.
-pub fn check_events(device: &Arc<dyn Device>) -> Check {
-    if !device.caps().events {
-        return Ok(());
-    }
-    let n = 4096;
-    let s1 = device
-        .new_stream(&tessera::StreamOptions::new())
-        .map_err(err)?;
-    let s2 = device
-        .new_stream(&tessera::StreamOptions::new())
-        .map_err(err)?;
-    let first = scale_graph(device, n, 3.0)?;
-    let second = scale_graph(device, n, 0.5)?;
-    let v: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
-    s1.set_async(&first.x, 0, f32_bytes(&v)).map_err(err)?;
-    s1.compute_async(&first.graph, &first.placement, 0..first.graph.len())
-        .map_err(err)?;
-    let ev = device.new_event().map_err(err)?;
-    s1.record_event(ev.as_ref()).map_err(err)?;
-    // Stream 2 copies stream 1's result into its own input after the event.
-    s2.wait_event(ev.as_ref()).map_err(err)?;
-    copy_async(s1.as_ref(), s2.as_ref(), &first.y, &second.x).map_err(err)?;
-    s2.compute_async(&second.graph, &second.placement, 0..second.graph.len())
-        .map_err(err)?;
-    let out = s2.get_async(&second.y, 0, 4 * n).map_err(err)?;
-    ev.synchronize().map_err(err)?;
-    if !ev.is_signaled().map_err(err)? {
-        return Err("event not signalled after Event::synchronize".into());
-    }
-    let want: Vec<f32> = v.iter().map(|x| x * 3.0 * 0.5).collect();
-    expect_eq(
-        "stream 2 after waiting on stream 1's event",
-        &to_f32(&out.wait().map_err(err)?),
-        &want,
-    )?;
-    // A never-recorded event counts as signalled.
-    let fresh = device.new_event().map_err(err)?;
-    fresh.synchronize().map_err(err)?;
-    if !fresh.is_signaled().map_err(err)? {
-        return Err("a never-recorded event must count as signalled".into());
-    }
-    Ok(())
 }
 
 /// Item 3 across devices: `copy_async` from a stream of `a` to a stream of

@@ -12,7 +12,11 @@
 //! - [`decorate`]: a device decorator that refuses chosen ops (forces
 //!   splits in multi-device tests);
 //! - [`refdev`]: a device that computes with the reference (a self-check of
-//!   the harness and a second device for multi-device tests).
+//!   the harness and a second device for multi-device tests);
+//! - [`gated`]: a device whose streams run nothing until the host waits (a
+//!   deterministic asynchronous device for the contract checks);
+//! - [`sabotage`]: wrappers that break one guarantee of a device, to prove
+//!   that a check notices.
 //!
 //! ```no_run
 //! # fn demo(device: &dyn tessera::Device) {
@@ -29,15 +33,18 @@ pub mod cases;
 pub mod compare;
 pub mod contract;
 pub mod decorate;
+pub mod gated;
 pub mod harness;
 pub mod refdev;
 pub mod reference;
 pub mod rng;
+pub mod sabotage;
 pub mod support;
 pub mod tolerance;
 
 pub use cases::{Built, Case, CaseGraph, Check, Init, catalogue};
 pub use compare::{Comparison, compare_values};
+pub use gated::GatedDevice;
 pub use harness::{
     CaseReport, Outcome, Report, RunOptions, compare_with_reference, run_all, run_all_with,
     run_built, run_case,

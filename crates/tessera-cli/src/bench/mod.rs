@@ -5,8 +5,14 @@
 //! reading the same inputs and writing the same output memory; after a warm-up the
 //! graph is computed repeatedly for at least `--seconds`, and the time per
 //! op is printed with GFLOPS (ops with a flop count) or GB/s (GiB moved per
-//! second, as ggml prints it). ggml's figure on this kind of machine and the
-//! ratio follow on each line.
+//! second, as ggml prints it).
+//!
+//! A ratio to ggml is printed only against ggml measured live on the same
+//! machine, interleaved op by op (`--ggml`, see `ggml_live`). Without it,
+//! CPU lines carry ggml's figure recorded on another machine (`anchors`),
+//! marked `*` and explained in a footnote under the header, with no ratio:
+//! these shared machines differ and drift by 10-30 %, so a ratio to a
+//! constant from elsewhere says little. Estimated figures say so.
 
 mod anchors;
 mod cases;
@@ -50,8 +56,9 @@ pub struct OpsArgs {
     #[arg(long)]
     limits: bool,
     /// A ggml `test-backend-ops` binary (see `scripts/ggml-bench/build.sh`)
-    /// to measure live, interleaved op by op with Tessera, instead of
-    /// printing ggml's recorded figures.
+    /// to measure live, interleaved op by op with Tessera: the only
+    /// comparison printed as a ratio (without it, ggml's figures recorded on
+    /// another machine are shown for reference, labelled, with no ratio).
     #[arg(long)]
     ggml: Option<std::path::PathBuf>,
 }
@@ -86,8 +93,8 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
             .unwrap_or(1)
     });
     let threaded = stream.set_n_threads(threads).is_ok();
-    // ggml's figures are CPU figures: shown only beside the CPU device.
-    let with_ggml = device.name() == "CPU";
+    // ggml's recorded figures are CPU figures: shown only beside the CPU.
+    let recorded = device.name() == "CPU";
     let matches = |name: &str| args.op.as_deref().is_none_or(|f| name.contains(f));
     let cases: Vec<PerfCase> = all_cases()
         .into_iter()
@@ -102,22 +109,22 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     } else {
         String::new()
     };
-    let ggml_note = match (&args.ggml, with_ggml) {
-        (Some(bin), _) => format!(
-            "; ggml live = {} perf, same threads, interleaved op by op",
+    let ggml_note = match &args.ggml {
+        Some(bin) => format!(
+            "; ggml live = {} perf on this machine, same threads, interleaved op by op, \
+             ratio = ggml time / Tessera time",
             bin.display()
         ),
-        (None, true) => {
-            "; ggml = upstream test-backend-ops on the same kind of machine (perf-anchors.md)"
-                .to_string()
-        }
-        (None, false) => String::new(),
+        None => String::new(),
     };
     println!(
         "Device {} ({}){threads_note}{ggml_note}",
         device.name(),
         device.description(),
     );
+    if recorded {
+        println!("{}", recorded_footnote(args.ggml.is_some()));
+    }
     let limits = args.limits.then(|| {
         let l = machine::measure(threads);
         println!(
@@ -128,7 +135,7 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     });
     let opts = RunOpts {
         seconds: args.seconds,
-        with_ggml,
+        recorded,
         limits,
     };
     // Op by op: ggml live (if given), then Tessera's cases of that op.
@@ -177,7 +184,7 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     for nth in [1usize, 2] {
         let name = format!("GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads={nth})");
         if matches(&name) {
-            println!("{}", graph_overhead(&device, nth, &name, with_ggml)?);
+            println!("{}", graph_overhead(&device, nth, &name, recorded)?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -204,7 +211,8 @@ fn case_supported(device: &Arc<dyn Device>, case: &PerfCase) -> Result<bool> {
 /// How cases are run and printed.
 struct RunOpts {
     seconds: f64,
-    with_ggml: bool,
+    /// Show ggml's figures recorded on another machine (no ratio).
+    recorded: bool,
     limits: Option<machine::Limits>,
 }
 
@@ -215,7 +223,7 @@ fn run_case(
     opts: &RunOpts,
     ggml_us: Option<f64>,
 ) -> Result<String> {
-    let (seconds, with_ggml) = (opts.seconds, opts.with_ggml);
+    let seconds = opts.seconds;
     let cost = case.flops.unwrap_or(case.bytes).max(1.0);
     let target = if case.flops.is_some() {
         8e9
@@ -279,6 +287,7 @@ fn run_case(
             );
         }
     }
+    let unit_ggml = if case.by_time { "us" } else { unit };
     Ok(format!(
         "  {}: {:>6} runs - {:>10.2} us/run - {} - {:>8.2} {unit}{share}{}",
         case.name,
@@ -286,12 +295,7 @@ fn run_case(
         us,
         per_run,
         figure,
-        match ggml_us {
-            // Live: same op, same shape, measured minutes apart: time ratio.
-            Some(g) => format!("  | ggml live {g:.2} us/run ({:.2}x)", g / us),
-            None if case.by_time => compare(&case.name, us, false, with_ggml),
-            None => compare(&case.name, figure, true, with_ggml),
-        }
+        ggml_column(&case.name, us, ggml_us, opts.recorded, unit_ggml)
     ))
 }
 
@@ -313,23 +317,40 @@ fn time_graph(
     Ok((start.elapsed().as_secs_f64(), iters))
 }
 
-/// `  | ggml X (ratio)` when ggml's figure is known. `higher_is_better`
-/// false for times.
-fn compare(name: &str, figure: f64, higher_is_better: bool, with_ggml: bool) -> String {
-    if !with_ggml {
-        return String::new();
-    }
-    match anchors::ggml_figure(name) {
-        Some(g) if g > 0.0 => {
-            let ratio = if higher_is_better {
-                figure / g
-            } else {
-                g / figure
-            };
-            let unit = if higher_is_better { "" } else { " us" };
-            format!("  | ggml {g:.2}{unit} ({ratio:.2}x)")
-        }
-        _ => String::new(),
+/// The footnote that explains the `*` figures.
+fn recorded_footnote(live: bool) -> String {
+    let ratios = if live {
+        "ratios only where ggml ran live"
+    } else {
+        "for ratios, measure ggml live here with --ggml <test-backend-ops> \
+         (scripts/ggml-bench/build.sh)"
+    };
+    format!(
+        "  * ggml recorded on {} (shared/reference/perf-anchors.md), not this machine: \
+         for reference, no ratio; ~ marks an estimate; {ratios}",
+        anchors::RECORDED_ON
+    )
+}
+
+/// What follows a case's figures: ggml measured live on this machine
+/// (`live_us`) and the time ratio; else, if `recorded`, ggml's figure
+/// recorded on another machine, marked `*`, in `unit`, with no ratio.
+fn ggml_column(name: &str, us: f64, live_us: Option<f64>, recorded: bool, unit: &str) -> String {
+    match live_us {
+        // Live: same op, same shape, measured minutes apart: time ratio.
+        Some(g) if us > 0.0 => format!("  | ggml live {g:.2} us/run ({:.2}x)", g / us),
+        Some(g) => format!("  | ggml live {g:.2} us/run"),
+        None if recorded => match anchors::ggml_figure(name) {
+            Some(a) => {
+                let (mark, how) = match a.estimate {
+                    Some(how) => ("~", format!(" (estimate: {how})")),
+                    None => ("", String::new()),
+                };
+                format!("  | ggml* {mark}{:.2} {unit}{how}", a.value)
+            }
+            None => String::new(),
+        },
+        None => String::new(),
     }
 }
 
@@ -338,7 +359,7 @@ fn graph_overhead(
     device: &Arc<dyn Device>,
     nth: usize,
     name: &str,
-    with_ggml: bool,
+    recorded: bool,
 ) -> Result<String> {
     let stream = device.new_stream(&tessera::StreamOptions::new())?;
     let _ = stream.set_n_threads(nth);
@@ -365,6 +386,65 @@ fn graph_overhead(
     }
     Ok(format!(
         "  {name}: {best:.3} us/node{}",
-        compare(name, best, false, with_ggml)
+        ggml_column(name, best, None, recorded, "us")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F32_MV: &str = "MUL_MAT(type_a=f32,type_b=f32,m=4096,n=1,k=14336)";
+
+    #[test]
+    fn a_ratio_appears_only_against_a_live_ggml_measurement() {
+        // Recorded elsewhere: the figure, marked, and no ratio.
+        let rec = ggml_column(F32_MV, 100.0, None, true, "GFLOPS");
+        assert_eq!(rec, "  | ggml* 12.64 GFLOPS");
+        assert!(!rec.contains('x') && !rec.contains('('), "{rec}");
+        // Live: the time ratio, ggml time / Tessera time.
+        let live = ggml_column(F32_MV, 100.0, Some(250.0), true, "GFLOPS");
+        assert_eq!(live, "  | ggml live 250.00 us/run (2.50x)");
+        // Neither (not the CPU, or no figure): nothing.
+        assert_eq!(ggml_column(F32_MV, 100.0, None, false, "GFLOPS"), "");
+        assert_eq!(ggml_column("ADD(type=f16)", 1.0, None, true, "GB/s"), "");
+        // By time, and the graph overhead: still no ratio.
+        let t = ggml_column(
+            "GRAPH_OVERHEAD(op=ADD,ne=16,nodes=1000,threads=2)",
+            0.04,
+            None,
+            true,
+            "us",
+        );
+        assert_eq!(t, "  | ggml* 0.41 us");
+    }
+
+    #[test]
+    fn estimated_figures_say_so_and_the_footnote_names_the_machine() {
+        let name = "ROPE(type=f32,ne=[64,8,512,1],n_dims=64,mode=2)";
+        let e = ggml_column(name, 1.0, None, true, "GB/s");
+        assert!(e.starts_with("  | ggml* ~10.00 GB/s (estimate: "), "{e}");
+        for live in [false, true] {
+            let f = recorded_footnote(live);
+            assert!(f.contains("AMD EPYC (Zen 3)"), "{f}");
+            assert!(
+                f.contains("not this machine") && f.contains("no ratio"),
+                "{f}"
+            );
+        }
+        assert!(recorded_footnote(false).contains("--ggml"));
+    }
+
+    #[test]
+    fn every_recorded_figure_names_a_bench_case() {
+        let names: Vec<String> = all_cases().into_iter().map(|c| c.name).collect();
+        let mut missing = Vec::new();
+        for name in anchors::names() {
+            let overhead = name.starts_with("GRAPH_OVERHEAD(");
+            if !overhead && !names.iter().any(|n| n == name) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "anchors for no case: {missing:?}");
+    }
 }
