@@ -97,6 +97,8 @@ pub struct Scheduler {
     plan: Option<Plan>,
     /// The rewritten graph's placement from the last `alloc_graph`.
     placed: Option<Placement>,
+    /// Per user tensor: the user memory (buffer, offset) that allocation used.
+    last_user: Vec<Option<(usize, usize)>>,
     eval: Option<EvalCallback>,
     debug: u8,
     plans: usize,
@@ -172,6 +174,7 @@ impl Scheduler {
             pins: Vec::new(),
             plan: None,
             placed: None,
+            last_user: Vec::new(),
             eval: None,
             debug,
             plans: 0,
@@ -227,6 +230,13 @@ impl Scheduler {
         self.splits().iter().map(|s| s.inputs.len()).sum()
     }
 
+    /// The structural hash of the last planned graph (nodes, user memory
+    /// kinds, pins): equal hashes are a quick sign that a graph can reuse
+    /// the plan (the scheduler compares the whole key).
+    pub fn structural_hash(&self) -> Option<u64> {
+        self.plan.as_ref().map(|p| p.key.hash)
+    }
+
     /// How many times a graph was planned (assigned and split) so far; a
     /// graph that reuses the last plan does not count.
     pub fn plan_count(&self) -> usize {
@@ -275,13 +285,14 @@ impl Scheduler {
     /// device (buffers only grow), without placing anything (ggml's
     /// `reserve`, for a worst-case graph).
     pub fn reserve(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        self.ensure_plan(graph, placement)?;
         let user = self.user_placement(graph, placement)?;
-        self.ensure_plan(graph, &user)?;
         let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
         let rp = map_placement(&plan.rewrite, graph, &user)?;
         self.allocator
             .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
         plan.reserved = true;
+        self.placed = None;
         Ok(())
     }
 
@@ -289,8 +300,8 @@ impl Scheduler {
     /// for `graph`, without allocating (ggml's `reserve_size`): on a fresh
     /// scheduler, `reserve` then allocates exactly these sizes.
     pub fn reserve_size(&mut self, graph: &Graph, placement: &Placement) -> Result<Vec<usize>> {
+        self.ensure_plan(graph, placement)?;
         let user = self.user_placement(graph, placement)?;
-        self.ensure_plan(graph, &user)?;
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
         let rp = map_placement(&plan.rewrite, graph, &user)?;
         self.allocator
@@ -300,32 +311,45 @@ impl Scheduler {
     /// Plan `graph` if needed and give every tensor without memory its place
     /// in the devices' compute memory, writing the places into `placement`
     /// (so the caller can fill inputs and read outputs).
+    ///
+    /// The same graph structure with the same user memory as the last call
+    /// (a decode loop) takes the reuse path: no planning and no allocation,
+    /// only the places written back where `placement` lacks them.
     pub fn alloc_graph(&mut self, graph: &Graph, placement: &mut Placement) -> Result<()> {
-        let user = self.user_placement(graph, placement)?;
-        self.ensure_plan(graph, &user)?;
-        let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
-        let mut rp = map_placement(&plan.rewrite, graph, &user)?;
-        if !plan.reserved {
-            self.allocator
-                .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
-            plan.reserved = true;
+        self.ensure_plan(graph, placement)?;
+        if self.placed.is_none() || !self.same_user_memory(graph, placement) {
+            let user = self.user_placement(graph, placement)?;
+            let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
+            let mut rp = map_placement(&plan.rewrite, graph, &user)?;
+            if !plan.reserved {
+                self.allocator
+                    .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
+                plan.reserved = true;
+            }
+            self.allocator.alloc_graph(&plan.rewrite.graph, &mut rp)?;
+            self.last_user = graph
+                .ids()
+                .map(|id| user.get(id).map(place_key))
+                .collect();
+            self.placed = Some(rp);
         }
-        self.allocator.alloc_graph(&plan.rewrite.graph, &mut rp)?;
+        let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
+        let rp = self.placed.as_ref().ok_or_else(|| internal("not allocated"))?;
         placement.fit(graph);
         for id in graph.ids() {
-            if placement
-                .get(id)
-                .is_some_and(|p| !self.allocator.owns(&p.buffer))
-            {
+            let have = placement.get(id);
+            if have.is_some_and(|p| !self.allocator.owns(&p.buffer)) {
                 continue;
             }
-            let nid = plan.rewrite.map[id.index()];
-            match rp.get(nid) {
+            let want = rp.get(plan.rewrite.map[id.index()]);
+            if have.map(place_key) == want.map(place_key) {
+                continue;
+            }
+            match want {
                 Some(p) => placement.set(graph, id, p.clone())?,
                 None => placement.clear(id),
             }
         }
-        self.placed = Some(rp);
         Ok(())
     }
 
@@ -339,40 +363,58 @@ impl Scheduler {
 
     /// Queue the computation of `graph` on the streams (ggml's
     /// `graph_compute_async`); [`Scheduler::synchronize`] waits for it.
-    /// Allocates the graph first if `placement` lacks places.
+    /// Allocates the graph first unless `placement` is the one the last
+    /// [`Scheduler::alloc_graph`] filled for this graph.
     pub fn compute_async(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
-        let complete =
-            placement.len() == graph.len() && graph.ids().all(|id| placement.get(id).is_some());
-        let user = self.user_placement(graph, placement)?;
-        let reuse = complete
-            && self.placed.is_some()
-            && self
-                .plan
-                .as_ref()
-                .is_some_and(|p| p.key == GraphKey::of(graph, &user, &self.pins));
-        if !reuse {
+        let allocated = self.placed.is_some()
+            && self.plan_matches(graph, placement)
+            && self.same_user_memory(graph, placement)
+            && self.same_compute_memory(graph, placement);
+        if !allocated {
             let mut p = placement.clone();
             self.alloc_graph(graph, &mut p)?;
-            return self.run(graph, &p);
         }
-        self.run(graph, placement)
+        let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
+        let rp = self.placed.as_ref().ok_or_else(|| internal("not allocated"))?;
+        run::run_splits(&self.streams, &plan.rewrite, rp, graph, self.eval.as_mut())
     }
 
-    /// Run the splits of the current plan; `placement` has every tensor of
-    /// the user's graph placed.
-    fn run(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
-        let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
-        let rp = self
-            .placed
-            .as_mut()
-            .ok_or_else(|| internal("not allocated"))?;
-        // The user's current places (they may have bound other memory since).
-        for id in graph.ids() {
-            if let Some(p) = placement.get(id) {
-                rp.set(&plan.rewrite.graph, plan.rewrite.map[id.index()], p.clone())?;
-            }
-        }
-        run::run_splits(&self.streams, &plan.rewrite, rp, graph, self.eval.as_mut())
+    /// Does the current plan fit `graph` with the user memory of `placement`?
+    fn plan_matches(&self, graph: &Graph, placement: &Placement) -> bool {
+        self.plan.as_ref().is_some_and(|p| {
+            p.key.matches(
+                graph,
+                placement,
+                |pl| !self.allocator.owns(&pl.buffer),
+                &self.pins,
+            )
+        })
+    }
+
+    /// Is the user memory of `placement` what the last allocation used?
+    fn same_user_memory(&self, graph: &Graph, placement: &Placement) -> bool {
+        self.last_user.len() == graph.len()
+            && graph.ids().all(|id| {
+                let user = placement
+                    .get(id)
+                    .filter(|p| !self.allocator.owns(&p.buffer))
+                    .map(place_key);
+                user == self.last_user[id.index()]
+            })
+    }
+
+    /// Does `placement` hold, for every tensor, either user memory or the
+    /// place the last allocation gave it?
+    fn same_compute_memory(&self, graph: &Graph, placement: &Placement) -> bool {
+        let (Some(plan), Some(rp)) = (&self.plan, &self.placed) else {
+            return false;
+        };
+        placement.len() == graph.len()
+            && graph.ids().all(|id| match placement.get(id) {
+                None => false,
+                Some(p) if !self.allocator.owns(&p.buffer) => true,
+                Some(p) => rp.get(plan.rewrite.map[id.index()]).map(place_key) == Some(place_key(p)),
+            })
     }
 
     /// The user's placement without the scheduler's own compute memory.
@@ -388,14 +430,15 @@ impl Scheduler {
         Ok(user)
     }
 
-    /// Make sure the plan is for `graph` with the user's memory `user`.
-    fn ensure_plan(&mut self, graph: &Graph, user: &Placement) -> Result<()> {
-        let key = GraphKey::of(graph, user, &self.pins);
-        if self.plan.as_ref().is_some_and(|p| p.key == key) {
+    /// Make sure the plan is for `graph` with the user memory of `placement`.
+    fn ensure_plan(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
+        if self.plan_matches(graph, placement) {
             return Ok(());
         }
         self.plan = None;
         self.placed = None;
+        let user = self.user_placement(graph, placement)?;
+        let key = GraphKey::of(graph, &user, |_| true, &self.pins);
         let devs: Vec<Dev<'_>> = self
             .devices
             .iter()
@@ -405,8 +448,8 @@ impl Scheduler {
                 buft: b,
             })
             .collect();
-        let assignment = assign::assign(graph, user, &devs, self.options.op_offload, &self.pins)?;
-        let rewrite = split::split(graph, user, &devs, &assignment)?;
+        let assignment = assign::assign(graph, &user, &devs, self.options.op_offload, &self.pins)?;
+        let rewrite = split::split(graph, &user, &devs, &assignment)?;
         self.plans += 1;
         let plan = Plan {
             key,
@@ -417,13 +460,7 @@ impl Scheduler {
         if self.debug > 0 {
             eprint!(
                 "{}",
-                debug::describe(
-                    &plan.rewrite,
-                    &plan.assignment,
-                    graph,
-                    &self.devices,
-                    self.debug >= 2
-                )
+                debug::describe(&plan.rewrite, &plan.assignment, graph, &self.devices, self.debug >= 2)
             );
         }
         self.plan = Some(plan);
@@ -448,6 +485,11 @@ impl Scheduler {
             None => "digraph sched {}\n".into(),
         }
     }
+}
+
+/// A place's identity: buffer and offset.
+fn place_key(p: &crate::placement::Place) -> (usize, usize) {
+    (Arc::as_ptr(&p.buffer) as *const u8 as usize, p.offset)
 }
 
 /// The user's placement carried over to the rewritten graph.
