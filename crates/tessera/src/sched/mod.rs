@@ -327,14 +327,14 @@ impl Scheduler {
                 plan.reserved = true;
             }
             self.allocator.alloc_graph(&plan.rewrite.graph, &mut rp)?;
-            self.last_user = graph
-                .ids()
-                .map(|id| user.get(id).map(place_key))
-                .collect();
+            self.last_user = graph.ids().map(|id| user.get(id).map(place_key)).collect();
             self.placed = Some(rp);
         }
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
-        let rp = self.placed.as_ref().ok_or_else(|| internal("not allocated"))?;
+        let rp = self
+            .placed
+            .as_ref()
+            .ok_or_else(|| internal("not allocated"))?;
         placement.fit(graph);
         for id in graph.ids() {
             let have = placement.get(id);
@@ -375,7 +375,10 @@ impl Scheduler {
             self.alloc_graph(graph, &mut p)?;
         }
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
-        let rp = self.placed.as_ref().ok_or_else(|| internal("not allocated"))?;
+        let rp = self
+            .placed
+            .as_ref()
+            .ok_or_else(|| internal("not allocated"))?;
         run::run_splits(&self.streams, &plan.rewrite, rp, graph, self.eval.as_mut())
     }
 
@@ -413,7 +416,9 @@ impl Scheduler {
             && graph.ids().all(|id| match placement.get(id) {
                 None => false,
                 Some(p) if !self.allocator.owns(&p.buffer) => true,
-                Some(p) => rp.get(plan.rewrite.map[id.index()]).map(place_key) == Some(place_key(p)),
+                Some(p) => {
+                    rp.get(plan.rewrite.map[id.index()]).map(place_key) == Some(place_key(p))
+                }
             })
     }
 
@@ -460,7 +465,13 @@ impl Scheduler {
         if self.debug > 0 {
             eprint!(
                 "{}",
-                debug::describe(&plan.rewrite, &plan.assignment, graph, &self.devices, self.debug >= 2)
+                debug::describe(
+                    &plan.rewrite,
+                    &plan.assignment,
+                    graph,
+                    &self.devices,
+                    self.debug >= 2
+                )
             );
         }
         self.plan = Some(plan);
