@@ -471,3 +471,84 @@ fn errors_name_the_node_and_the_scheduler_recovers() {
     );
     let _ = Op::None;
 }
+
+#[test]
+fn pipelined_input_copies_give_the_sequential_results() {
+    let dec = refusing(&["SOFT_MAX"]);
+    let b = Block::build(shape(DType::Q8_0)).unwrap();
+    let want: Vec<Vec<f32>> = (0..6).map(|s| reference(&b, s)).collect();
+    for n_copies in [1, 2, 4] {
+        let opts = SchedulerOptions {
+            n_copies,
+            ..Default::default()
+        };
+        // reserve_size is what reserve allocates, slots included.
+        let mut p = Placement::new(&b.graph);
+        let _w = bind_weights(&b, &dec, &mut p);
+        let mut fresh = sched(&[dec.clone(), cpu()], opts);
+        let sizes = fresh.reserve_size(&b.graph, &p).unwrap();
+        fresh.reserve(&b.graph, &p).unwrap();
+        assert_eq!(
+            sizes,
+            vec![fresh.buffer_size(0).unwrap(), fresh.buffer_size(1).unwrap()],
+            "n_copies {n_copies}"
+        );
+
+        let mut sc = sched(&[dec.clone(), cpu()], opts);
+        let mut seen_inputs = std::collections::HashSet::new();
+        for step in 0..6u64 {
+            // A decode loop: allocate (next copy), write the inputs, compute.
+            sc.alloc_graph(&b.graph, &mut p).unwrap();
+            let x = p.tensor(&b.graph, b.x).unwrap();
+            seen_inputs.insert((
+                x.buffer().name().to_owned(),
+                x.offset(),
+                Arc::as_ptr(x.buffer()) as *const u8 as usize,
+            ));
+            x.write_f32(&b.input_values(step).unwrap()).unwrap();
+            sc.compute(&b.graph, &p).unwrap();
+            let got = p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+            assert_eq!(got, want[step as usize], "n_copies {n_copies} step {step}");
+            // The same graph again, without allocating: the same inputs.
+            sc.compute(&b.graph, &p).unwrap();
+            let again = p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+            assert_eq!(
+                again, want[step as usize],
+                "n_copies {n_copies} step {step}, twice"
+            );
+        }
+        // Inputs rotate through n_copies places.
+        assert_eq!(seen_inputs.len(), n_copies, "n_copies {n_copies}");
+        // An older placement (the inputs of another copy) is computed with
+        // the inputs it holds, not the newest copy's.
+        if n_copies > 1 {
+            let old = p.clone();
+            old.tensor(&b.graph, b.x)
+                .unwrap()
+                .write_f32(&b.input_values(1).unwrap())
+                .unwrap();
+            sc.alloc_graph(&b.graph, &mut p).unwrap();
+            p.tensor(&b.graph, b.x)
+                .unwrap()
+                .write_f32(&b.input_values(2).unwrap())
+                .unwrap();
+            sc.compute(&b.graph, &old).unwrap();
+            let got = old.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+            assert_eq!(got, want[1], "n_copies {n_copies}: the older copy's inputs");
+            sc.compute(&b.graph, &p).unwrap();
+            let got = p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap();
+            assert_eq!(got, want[2], "n_copies {n_copies}: the newer copy's inputs");
+        }
+        assert_eq!(sc.plan_count(), 1);
+    }
+    assert!(
+        Scheduler::new(
+            vec![stream(&cpu())],
+            SchedulerOptions {
+                n_copies: 0,
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+}

@@ -28,6 +28,18 @@ use crate::placement::{Place, Placement};
 use crate::{Error, Graph, Result};
 
 use super::plan::{NodeSig, Plan, PlanInput, make_plan, validate_graph};
+
+/// Buffer id of a tensor whose memory the caller provides (see
+/// [`GraphAllocator::reserve_with`]).
+pub const EXTERNAL: usize = usize::MAX;
+
+/// `preplaced`, with every tensor of buffer id [`EXTERNAL`] counted as placed.
+fn with_external(mut preplaced: Vec<bool>, ids: &[usize]) -> Vec<bool> {
+    for (p, &id) in preplaced.iter_mut().zip(ids) {
+        *p |= id == EXTERNAL;
+    }
+    preplaced
+}
 use super::tensor_alloc_size;
 
 /// Plans and holds the compute memory of graphs.
@@ -98,7 +110,9 @@ impl GraphAllocator {
     }
 
     /// Plan `graph` with tensor `i` in buffer type `buffer_ids[i]` and
-    /// allocate the buffers it needs (ggml's `ggml_gallocr_reserve_n`).
+    /// allocate the buffers it needs (ggml's `ggml_gallocr_reserve_n`). A
+    /// tensor with buffer id [`EXTERNAL`] gets no memory from the
+    /// allocator: the caller places it (before `alloc_graph`), as if bound.
     /// Buffers only grow: a buffer type's chunks are allocated again, at the
     /// planned sizes, only if some chunk needs more than it has.
     pub fn reserve_with(
@@ -108,7 +122,7 @@ impl GraphAllocator {
         buffer_ids: &[usize],
     ) -> Result<()> {
         validate_graph(graph)?;
-        let preplaced = self.preplaced(graph, placement)?;
+        let preplaced = with_external(self.preplaced(graph, placement)?, buffer_ids);
         self.reserve_impl(graph, &preplaced, buffer_ids)
     }
 
@@ -134,6 +148,7 @@ impl GraphAllocator {
                 &zeros
             }
         };
+        let preplaced = with_external(preplaced, ids);
         let plan = make_plan(&self.plan_input(graph, &preplaced, ids))?;
         Ok(self.sizes_of(&plan))
     }

@@ -25,7 +25,7 @@ mod plan;
 mod tensors;
 
 pub use dynamic::{DynamicAllocator, MAX_CHUNKS, VirtualAddress};
-pub use graph::GraphAllocator;
+pub use graph::{EXTERNAL, GraphAllocator};
 pub use linear::LinearAllocator;
 pub use tensors::{TensorSet, alloc_tensors, alloc_tensors_size};
 

@@ -284,11 +284,12 @@ impl Passes<'_> {
             }) else {
                 continue;
             };
-            if host && w == self.last() {
-                if let Some(d) = self.offload_target(i) {
-                    self.set(i, d, Reason::Offload);
-                    continue;
-                }
+            if host
+                && w == self.last()
+                && let Some(d) = self.offload_target(i)
+            {
+                self.set(i, d, Reason::Offload);
+                continue;
             }
             self.set(i, w, Reason::Weights);
         }

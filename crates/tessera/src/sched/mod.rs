@@ -21,6 +21,13 @@
 //! caller can write the inputs; `compute(&graph, &placement)` runs it.
 //! `compute` on a graph not allocated yet allocates it first.
 //!
+//! # Pipelining
+//!
+//! With [`SchedulerOptions::n_copies`] above 1, graph inputs and split
+//! input copies get that many slots (see `copies`): each `alloc_graph`
+//! hands out the next slot's inputs, and a compute uses the slot whose
+//! inputs the caller's placement holds.
+//!
 //! # Seeing the plan
 //!
 //! `TESSERA_SCHED_DEBUG=1` prints each new plan's splits with their inputs
@@ -35,6 +42,7 @@
 //! error, [`Scheduler::reset`] (or simply the next call) starts clean.
 
 pub mod assign;
+mod copies;
 mod debug;
 mod key;
 mod run;
@@ -54,14 +62,19 @@ use crate::stream::Stream;
 use crate::{Error, Graph, Result, TensorId};
 
 use assign::{Assignment, Dev};
+use copies::Copies;
 use key::GraphKey;
 use split::Rewrite;
+
+/// Most copies of the inputs a scheduler keeps.
+pub const MAX_COPIES: usize = 8;
 
 /// How a [`Scheduler`] works.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerOptions {
-    /// Copies of the split inputs, for pipelining consecutive computes
-    /// across devices (1: off, the default).
+    /// Copies of the split inputs and graph inputs, for pipelining
+    /// consecutive computes across devices (1: off, the default; at most
+    /// [`MAX_COPIES`]).
     pub n_copies: usize,
     /// When ops whose weights are in host memory go to a faster device.
     pub op_offload: OpOffload,
@@ -84,6 +97,8 @@ struct Plan {
     rewrite: Rewrite,
     /// The allocator holds this plan (reserve_with ran for it).
     reserved: bool,
+    /// Slots of the inputs, with `n_copies > 1`.
+    copies: Copies,
 }
 
 /// One graph over several devices.
@@ -99,6 +114,11 @@ pub struct Scheduler {
     placed: Option<Placement>,
     /// Per user tensor: the user memory (buffer, offset) that allocation used.
     last_user: Vec<Option<(usize, usize)>>,
+    /// The input copy the last `alloc_graph` handed out, and the next one.
+    cur: usize,
+    next: usize,
+    /// Per device and copy: the event recorded after the copy's last use.
+    events: Vec<Vec<Option<Arc<dyn crate::Event>>>>,
     eval: Option<EvalCallback>,
     debug: u8,
     plans: usize,
@@ -143,11 +163,11 @@ impl Scheduler {
                 streams.len()
             )));
         }
-        if options.n_copies != 1 {
+        if options.n_copies == 0 || options.n_copies > MAX_COPIES {
             return Err(Error::unsupported(
                 "scheduler",
                 format!(
-                    "{} copies of split inputs (pipelining is not built yet: use 1)",
+                    "{} copies of the inputs (1 to {MAX_COPIES})",
                     options.n_copies
                 ),
             ));
@@ -175,6 +195,9 @@ impl Scheduler {
             plan: None,
             placed: None,
             last_user: Vec::new(),
+            cur: 0,
+            next: 0,
+            events: Vec::new(),
             eval: None,
             debug,
             plans: 0,
@@ -245,7 +268,12 @@ impl Scheduler {
 
     /// Compute memory held for device `device`, in bytes.
     pub fn buffer_size(&self, device: usize) -> Result<usize> {
-        self.allocator.buffer_size(device)
+        let slots = self
+            .plan
+            .as_ref()
+            .and_then(|p| p.copies.bytes.get(device).copied())
+            .unwrap_or(0);
+        Ok(self.allocator.buffer_size(device)? + slots)
     }
 
     /// The rewritten graph of the last plan (the user's nodes, in split
@@ -266,6 +294,8 @@ impl Scheduler {
         self.plan = None;
         self.placed = None;
         self.pins.clear();
+        self.cur = 0;
+        self.next = 0;
     }
 
     /// Wait for every stream.
@@ -291,6 +321,8 @@ impl Scheduler {
         let rp = map_placement(&plan.rewrite, graph, &user)?;
         self.allocator
             .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
+        plan.copies
+            .allocate(&plan.rewrite, &self.bufts, self.options.n_copies)?;
         plan.reserved = true;
         self.placed = None;
         Ok(())
@@ -304,8 +336,20 @@ impl Scheduler {
         let user = self.user_placement(graph, placement)?;
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
         let rp = map_placement(&plan.rewrite, graph, &user)?;
-        self.allocator
-            .reserve_size(&plan.rewrite.graph, &rp, Some(&plan.rewrite.buffer_ids))
+        let mut sizes = self.allocator.reserve_size(
+            &plan.rewrite.graph,
+            &rp,
+            Some(&plan.rewrite.buffer_ids),
+        )?;
+        if self.options.n_copies > 1 {
+            let slots = plan
+                .copies
+                .sizes(&plan.rewrite, &self.bufts, self.options.n_copies)?;
+            for (s, extra) in sizes.iter_mut().zip(slots) {
+                *s += extra;
+            }
+        }
+        Ok(sizes)
     }
 
     /// Plan `graph` if needed and give every tensor without memory its place
@@ -317,6 +361,9 @@ impl Scheduler {
     /// only the places written back where `placement` lacks them.
     pub fn alloc_graph(&mut self, graph: &Graph, placement: &mut Placement) -> Result<()> {
         self.ensure_plan(graph, placement)?;
+        // The next input copy (always 0 without pipelining).
+        self.cur = self.next;
+        self.next = (self.next + 1) % self.options.n_copies;
         if self.placed.is_none() || !self.same_user_memory(graph, placement) {
             let user = self.user_placement(graph, placement)?;
             let plan = self.plan.as_mut().ok_or_else(|| internal("no plan"))?;
@@ -326,9 +373,14 @@ impl Scheduler {
                     .reserve_with(&plan.rewrite.graph, &rp, &plan.rewrite.buffer_ids)?;
                 plan.reserved = true;
             }
+            plan.copies
+                .allocate(&plan.rewrite, &self.bufts, self.options.n_copies)?;
+            plan.copies.apply(&plan.rewrite, &mut rp, self.cur)?;
             self.allocator.alloc_graph(&plan.rewrite.graph, &mut rp)?;
             self.last_user = graph.ids().map(|id| user.get(id).map(place_key)).collect();
             self.placed = Some(rp);
+        } else if let (Some(plan), Some(rp)) = (&self.plan, self.placed.as_mut()) {
+            plan.copies.apply(&plan.rewrite, rp, self.cur)?;
         }
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
         let rp = self
@@ -338,7 +390,7 @@ impl Scheduler {
         placement.fit(graph);
         for id in graph.ids() {
             let have = placement.get(id);
-            if have.is_some_and(|p| !self.allocator.owns(&p.buffer)) {
+            if have.is_some_and(|p| !self.is_ours(&p.buffer)) {
                 continue;
             }
             let want = rp.get(plan.rewrite.map[id.index()]);
@@ -351,6 +403,11 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// Is `buffer` memory of this scheduler (compute memory or input slots)?
+    fn is_ours(&self, buffer: &Arc<dyn crate::Buffer>) -> bool {
+        self.allocator.owns(buffer) || self.plan.as_ref().is_some_and(|p| p.copies.owns(buffer))
     }
 
     /// Compute `graph` and wait for it (ggml's `graph_compute`).
@@ -366,31 +423,77 @@ impl Scheduler {
     /// Allocates the graph first unless `placement` is the one the last
     /// [`Scheduler::alloc_graph`] filled for this graph.
     pub fn compute_async(&mut self, graph: &Graph, placement: &Placement) -> Result<()> {
-        let allocated = self.placed.is_some()
+        let mut allocated = self.placed.is_some()
             && self.plan_matches(graph, placement)
-            && self.same_user_memory(graph, placement)
-            && self.same_compute_memory(graph, placement);
-        if !allocated {
+            && self.same_user_memory(graph, placement);
+        if allocated && self.options.n_copies > 1 {
+            // The copy whose inputs the caller holds (and wrote).
+            let slot = match &self.plan {
+                Some(p) => p.copies.copy_of(&p.rewrite, graph, placement),
+                None => None,
+            };
+            match (slot, &self.plan, self.placed.as_mut()) {
+                (Some(c), Some(p), Some(rp)) => {
+                    p.copies.apply(&p.rewrite, rp, c)?;
+                    self.cur = c;
+                }
+                _ => allocated = false,
+            }
+        }
+        if !(allocated && self.same_compute_memory(graph, placement)) {
             let mut p = placement.clone();
             self.alloc_graph(graph, &mut p)?;
+        }
+        if self.options.n_copies > 1 {
+            self.ensure_events();
         }
         let plan = self.plan.as_ref().ok_or_else(|| internal("no plan"))?;
         let rp = self
             .placed
             .as_ref()
             .ok_or_else(|| internal("not allocated"))?;
-        run::run_splits(&self.streams, &plan.rewrite, rp, graph, self.eval.as_mut())
+        let slot_events: Vec<Option<Arc<dyn crate::Event>>> = self
+            .events
+            .iter()
+            .map(|per_copy| per_copy.get(self.cur).cloned().flatten())
+            .collect();
+        run::run_splits(
+            &self.streams,
+            &plan.rewrite,
+            rp,
+            graph,
+            &slot_events,
+            self.eval.as_mut(),
+        )
+    }
+
+    /// One event per device and copy, where the device has events.
+    fn ensure_events(&mut self) {
+        if !self.events.is_empty() {
+            return;
+        }
+        self.events = self
+            .devices
+            .iter()
+            .map(|d| {
+                (0..self.options.n_copies)
+                    .map(|_| {
+                        if d.caps().events {
+                            d.new_event().ok()
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
     }
 
     /// Does the current plan fit `graph` with the user memory of `placement`?
     fn plan_matches(&self, graph: &Graph, placement: &Placement) -> bool {
         self.plan.as_ref().is_some_and(|p| {
-            p.key.matches(
-                graph,
-                placement,
-                |pl| !self.allocator.owns(&pl.buffer),
-                &self.pins,
-            )
+            p.key
+                .matches(graph, placement, |pl| !self.is_ours(&pl.buffer), &self.pins)
         })
     }
 
@@ -400,7 +503,7 @@ impl Scheduler {
             && graph.ids().all(|id| {
                 let user = placement
                     .get(id)
-                    .filter(|p| !self.allocator.owns(&p.buffer))
+                    .filter(|p| !self.is_ours(&p.buffer))
                     .map(place_key);
                 user == self.last_user[id.index()]
             })
@@ -415,7 +518,7 @@ impl Scheduler {
         placement.len() == graph.len()
             && graph.ids().all(|id| match placement.get(id) {
                 None => false,
-                Some(p) if !self.allocator.owns(&p.buffer) => true,
+                Some(p) if !self.is_ours(&p.buffer) => true,
                 Some(p) => {
                     rp.get(plan.rewrite.map[id.index()]).map(place_key) == Some(place_key(p))
                 }
@@ -427,7 +530,7 @@ impl Scheduler {
         let mut user = Placement::new(graph);
         for id in graph.ids() {
             if let Some(p) = placement.get(id)
-                && !self.allocator.owns(&p.buffer)
+                && !self.is_ours(&p.buffer)
             {
                 user.set(graph, id, p.clone())?;
             }
@@ -454,13 +557,19 @@ impl Scheduler {
             })
             .collect();
         let assignment = assign::assign(graph, &user, &devs, self.options.op_offload, &self.pins)?;
-        let rewrite = split::split(graph, &user, &devs, &assignment)?;
+        let mut rewrite = split::split(graph, &user, &devs, &assignment)?;
+        let copies = if self.options.n_copies > 1 {
+            Copies::mark(&mut rewrite, graph, &user)
+        } else {
+            Copies::default()
+        };
         self.plans += 1;
         let plan = Plan {
             key,
             assignment,
             rewrite,
             reserved: false,
+            copies,
         };
         if self.debug > 0 {
             eprint!(

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use crate::event::Event;
 use crate::placement::Placement;
 use crate::stream::{Stream, copy_async};
 use crate::tensor::Tensor;
@@ -33,10 +34,16 @@ use super::split::Rewrite;
 /// (ggml's header says the same, its code only leaves the current split.)
 pub struct EvalCallback {
     /// Is node `id` of the user's graph to be observed?
-    pub want: Box<dyn FnMut(&Graph, TensorId) -> bool + Send>,
+    pub want: Box<WantFn>,
     /// Node `id` has been computed: look at it; `false` stops the compute.
-    pub observe: Box<dyn FnMut(&Graph, TensorId, &Tensor) -> bool + Send>,
+    pub observe: Box<ObserveFn>,
 }
+
+/// [`EvalCallback::want`].
+pub type WantFn = dyn FnMut(&Graph, TensorId) -> bool + Send;
+
+/// [`EvalCallback::observe`].
+pub type ObserveFn = dyn FnMut(&Graph, TensorId, &Tensor) -> bool + Send;
 
 impl std::fmt::Debug for EvalCallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,6 +57,7 @@ pub(super) fn run_splits(
     rw: &Rewrite,
     rp: &Placement,
     user_graph: &Graph,
+    slot_events: &[Option<Arc<dyn Event>>],
     mut eval: Option<&mut EvalCallback>,
 ) -> Result<()> {
     let orig: Option<Vec<Option<TensorId>>> = eval.as_ref().map(|_| {
@@ -65,6 +73,10 @@ pub(super) fn run_splits(
         let stream = streams
             .get(split.device)
             .ok_or_else(|| Error::NotFound(format!("stream {}", split.device)))?;
+        // Pipelining: the copy slot's previous use on this device is over.
+        if let Some(Some(e)) = slot_events.get(split.device) {
+            stream.wait_event(e.as_ref())?;
+        }
         for input in &split.inputs {
             let src = rp.tensor(&rw.graph, input.from)?;
             let dst = rp.tensor(&rw.graph, input.to)?;
@@ -107,6 +119,9 @@ pub(super) fn run_splits(
                 stream.compute_async(&rw.graph, rp, start..split.nodes.end)?;
             }
             _ => stream.compute_async(&rw.graph, rp, split.nodes.clone())?,
+        }
+        if let Some(Some(e)) = slot_events.get(split.device) {
+            stream.record_event(e.as_ref())?;
         }
         if split.reads_foreign {
             stream.synchronize()?;

@@ -229,11 +229,23 @@ pub(super) fn split(
         }
     }
     let Builder {
-        out,
+        mut out,
         map,
         buffer_ids,
         ..
     } = b;
+    // Graph inputs keep their memory for the whole compute (flagged OUTPUT
+    // in the rewritten graph, so nothing is planned over them): computing a
+    // graph twice in a row reads the same inputs.
+    for (i, m) in map.iter().enumerate() {
+        let n = &graph.nodes()[i];
+        if let Some(id) = m
+            && n.op.is_leaf()
+            && n.flags.contains(crate::Flags::INPUT)
+        {
+            out.set_output(*id)?;
+        }
+    }
     let map = map
         .into_iter()
         .map(|m| m.ok_or_else(|| internal("unmapped tensor")))
