@@ -14,6 +14,14 @@
 //!   vouches for): one module per op family, ggml's semantics;
 //! - [`isa`]: the instruction set chosen at run time;
 //! - [`tuning`]: process-wide knobs for benchmarks and tuning.
+//!
+//! The kernels and their raw pointers are not reachable from outside the
+//! crate (a safe caller could otherwise hand them a dangling pointer):
+//!
+//! ```compile_fail
+//! // error[E0603]: module `kernels` is private
+//! use tessera_cpu::kernels::TensorRef;
+//! ```
 
 pub mod device;
 pub mod event;

@@ -456,6 +456,39 @@ fn errors_name_the_node_and_the_scheduler_recovers() {
     assert!(matches!(sc.compute(&t.g, &p), Err(Error::Aborted)));
     cpu_stream.set_abort_callback(None).unwrap();
     sc.compute(&t.g, &p).unwrap();
+    // A graph larger than the memory a device may allocate: an error naming
+    // the buffer type, and the scheduler still works for a smaller graph.
+    let tiny: Arc<dyn tessera::BufferType> = tessera::HostBufferType::new("TINY", 4096, None);
+    let mut sc = Scheduler::with_buffer_types(
+        vec![stream(&cpu())],
+        vec![tiny],
+        SchedulerOptions::default(),
+    )
+    .unwrap();
+    let mut big = Graph::new();
+    let a = big.input("a", DType::F32, &[4096]).unwrap();
+    let b2 = big.scale(a, 2.0).unwrap();
+    big.set_output(b2).unwrap();
+    let mut p = Placement::new(&big);
+    match sc.alloc_graph(&big, &mut p) {
+        Err(e @ Error::OutOfMemory { .. }) => assert!(e.to_string().contains("TINY"), "{e}"),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    let mut small_g = Graph::new();
+    let a = small_g.input("a", DType::F32, &[16]).unwrap();
+    let b2 = small_g.scale(a, 2.0).unwrap();
+    small_g.set_output(b2).unwrap();
+    let mut p = Placement::new(&small_g);
+    sc.alloc_graph(&small_g, &mut p).unwrap();
+    p.tensor(&small_g, a)
+        .unwrap()
+        .write_f32(&[1.5; 16])
+        .unwrap();
+    sc.compute(&small_g, &p).unwrap();
+    assert_eq!(
+        p.tensor(&small_g, b2).unwrap().read_f32().unwrap(),
+        vec![3.0; 16]
+    );
     // Bad options and arguments.
     assert!(Scheduler::new(vec![], SchedulerOptions::default()).is_err());
     let mut sc = sched(&[cpu()], SchedulerOptions::default());
