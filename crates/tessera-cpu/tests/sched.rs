@@ -585,3 +585,96 @@ fn pipelined_input_copies_give_the_sequential_results() {
         .is_err()
     );
 }
+
+#[test]
+fn every_reason_is_reached_where_ggml_would() {
+    // Devices: ACCEL (the CPU's own memory, runs only MUL_MAT and ADD),
+    // DEC (memory of its own, refuses MUL), then the CPU.
+    let accel: Arc<dyn Device> = Refusing::sharing_memory(cpu(), "ACCEL", |g: &Graph, id| {
+        !matches!(g.node(id).unwrap().op.display_name(), "MUL_MAT" | "ADD")
+    });
+    let dec = refusing(&["MUL"]);
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[16, 2]).unwrap();
+    let w = g.new_tensor(DType::F32, &[16, 16]).unwrap(); // host weights
+    let w2 = g.new_tensor(DType::F32, &[16, 2]).unwrap(); // host weights
+    let k = g.new_tensor(DType::F32, &[16, 2]).unwrap(); // unplaced constant
+    let unused = g.new_tensor(DType::F32, &[4]).unwrap();
+    let a = g.rms_norm(x, 1e-5).unwrap(); // no weight: goes where most inputs are
+    let b = g.mul_mat(w, a).unwrap(); // weights in host memory: ACCEL reads them
+    let q = g.add(b, k).unwrap(); // spread from ACCEL; `k` follows it
+    let c = g.mul(b, w2).unwrap(); // only the CPU runs MUL with host weights
+    let d = g.add(c, c).unwrap(); // spread from the CPU, then upgraded to ACCEL
+    let d2 = g.scale(d, 1.0).unwrap(); // spread from the CPU (ACCEL refuses it)
+    g.set_output(d2).unwrap();
+    let t = g.transpose(d).unwrap(); // a view: where its memory is
+    let e = g.cont(t).unwrap();
+    g.set_output(e).unwrap();
+    g.set_output(q).unwrap();
+    let devs = [accel.clone(), dec.clone(), cpu()];
+    let mut sc = sched(
+        &devs,
+        SchedulerOptions {
+            op_offload: OpOffload::Off,
+            ..Default::default()
+        },
+    );
+    let mut p = Placement::new(&g);
+    let layouts = [w, w2].map(|id| g.node(id).unwrap().layout);
+    let set = alloc_tensors(&cpu().buffer_type(), &layouts, BufferUsage::Weights).unwrap();
+    p.bind(&g, w, &set.tensors[0]).unwrap();
+    p.bind(&g, w2, &set.tensors[1]).unwrap();
+    sc.pin(e, 2).unwrap();
+    sc.alloc_graph(&g, &mut p).unwrap();
+    let expect = [
+        (x, 2, Reason::Input),
+        (w, 0, Reason::Buffer),
+        (w2, 0, Reason::Buffer),
+        (b, 0, Reason::Weights),
+        (q, 0, Reason::ExpandGpu),
+        (k, 0, Reason::Consumer),
+        (c, 2, Reason::Weights),
+        (d, 0, Reason::Upgrade),
+        (d2, 2, Reason::Expand),
+        (a, 2, Reason::BestInputs),
+        (t, 0, Reason::ViewSource),
+        (e, 2, Reason::Pin),
+        (unused, 2, Reason::Fallback),
+    ];
+    let text = sc.describe(&g, true);
+    for (id, dev, why) in expect {
+        assert_eq!(sc.device_of(id), Some((dev, why)), "node {id}\n{text}");
+    }
+    // Expansion: a graph where a DEC op spreads to its neighbours, and the
+    // CPU spreads where DEC cannot.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[16, 2]).unwrap();
+    let w = g.new_tensor(DType::F32, &[16, 16]).unwrap();
+    let a = g.scale(x, 2.0).unwrap();
+    let b = g.mul_mat(w, a).unwrap();
+    let c = g.silu(b).unwrap();
+    let m = g.mul(c, c).unwrap();
+    let n = g.scale(m, 0.5).unwrap();
+    g.set_output(n).unwrap();
+    let dec = refusing(&["MUL"]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    let mut p = Placement::new(&g);
+    let set = alloc_tensors(
+        &dec.buffer_type(),
+        &[g.node(w).unwrap().layout],
+        BufferUsage::Weights,
+    )
+    .unwrap();
+    p.bind(&g, w, &set.tensors[0]).unwrap();
+    sc.alloc_graph(&g, &mut p).unwrap();
+    let text = sc.describe(&g, true);
+    for (id, dev, why) in [
+        (b, 0, Reason::Weights),
+        (a, 0, Reason::ExpandGpu),
+        (c, 0, Reason::ExpandGpu),
+        (m, 1, Reason::BestInputs),
+        (n, 0, Reason::ExpandGpu),
+    ] {
+        assert_eq!(sc.device_of(id), Some((dev, why)), "node {id}\n{text}");
+    }
+}

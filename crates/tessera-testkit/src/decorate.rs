@@ -30,6 +30,9 @@ pub struct Refusing {
     inner: Arc<dyn Device>,
     refuse: Box<RefuseFn>,
     buft: Arc<WrappedType>,
+    /// Use the wrapped device's memory (an accelerator sharing host memory)
+    /// instead of a memory kind of its own.
+    shares_memory: bool,
 }
 
 impl std::fmt::Debug for Refusing {
@@ -60,6 +63,32 @@ impl Refusing {
                 }),
                 inner,
                 refuse: Box::new(refuse),
+                shares_memory: false,
+            }
+        })
+    }
+
+    /// `inner` as an accelerator named `name` that computes in `inner`'s own
+    /// memory (like BLAS or AMX beside the CPU: same buffer type), refusing
+    /// the nodes `refuse` names.
+    pub fn sharing_memory(
+        inner: Arc<dyn Device>,
+        name: &str,
+        refuse: impl Fn(&Graph, TensorId) -> bool + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me: &Weak<Refusing>| {
+            let dev: Weak<dyn Device> = me.clone();
+            Refusing {
+                name: name.to_owned(),
+                buft: Arc::new_cyclic(|bt| WrappedType {
+                    name: name.to_owned(),
+                    inner: inner.buffer_type(),
+                    device: dev,
+                    me: bt.clone(),
+                }),
+                inner,
+                refuse: Box::new(refuse),
+                shares_memory: true,
             }
         })
     }
@@ -76,7 +105,11 @@ impl Device for Refusing {
         self.inner.memory()
     }
     fn device_type(&self) -> DeviceType {
-        DeviceType::Gpu
+        if self.shares_memory {
+            DeviceType::Accel
+        } else {
+            DeviceType::Gpu
+        }
     }
     fn caps(&self) -> DeviceCaps {
         self.inner.caps()
@@ -96,13 +129,21 @@ impl Device for Refusing {
         }))
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
-        self.buft.clone()
+        if self.shares_memory {
+            self.inner.buffer_type()
+        } else {
+            self.buft.clone()
+        }
     }
     fn supports_op(&self, graph: &Graph, id: TensorId) -> bool {
         !(self.refuse)(graph, id) && self.inner.supports_op(graph, id)
     }
     fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
-        tessera::same_buffer_type(buft, self.buft.as_ref())
+        if self.shares_memory {
+            self.inner.supports_buffer_type(buft)
+        } else {
+            tessera::same_buffer_type(buft, self.buft.as_ref())
+        }
     }
     fn offload_op(&self, graph: &Graph, id: TensorId) -> bool {
         // Like a GPU: take batches of 32 rows or more.
