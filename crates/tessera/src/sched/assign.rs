@@ -147,6 +147,7 @@ pub(super) fn assign(
     p.expand(false);
     p.upgrade_and_best_inputs();
     p.rest()?;
+    p.check_memory()?;
     let dev = p
         .dev
         .iter()
@@ -375,6 +376,30 @@ impl Passes<'_> {
                 }
             }
         }
+    }
+
+    /// Every op whose memory already exists runs on a device that can
+    /// reach that memory (a pin can ask otherwise: that is an error).
+    fn check_memory(&self) -> Result<()> {
+        for i in 0..self.graph.len() {
+            if !self.computes(i) {
+                continue;
+            }
+            let (Some(b), Some(d)) = (self.placed_buft(i), self.dev[i]) else {
+                continue;
+            };
+            if !self.devs[d].device.supports_buffer_type(b.as_ref()) {
+                return Err(Error::unsupported(
+                    self.devs[d].device.name(),
+                    format!(
+                        "{} (pinned here?): its result's memory is in buffer type '{}', which this device cannot write",
+                        self.graph.describe_node(TensorId::from_index(i as u32)),
+                        b.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn root(&self, i: usize) -> usize {
