@@ -9,6 +9,8 @@
 //!   thresholds of [`tolerance`];
 //! - [`support`]: the support mode, one line per case and device;
 //! - [`contract`]: the async contract of streams (ordering, events, copies);
+//! - [`badinput`]: the bad-input suite (hostile input for every public
+//!   entry point, run in child processes so crashes and hangs are counted);
 //! - [`refdev`]: a device that computes with the reference (a self-check of
 //!   the harness and a second device for multi-device tests).
 //!
@@ -20,6 +22,7 @@
 //! # }
 //! ```
 
+pub mod badinput;
 pub mod cases;
 pub mod compare;
 pub mod contract;
