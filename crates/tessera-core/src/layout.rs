@@ -56,37 +56,44 @@ impl Layout {
         Ok(layout)
     }
 
-    /// Total number of elements.
+    /// Total number of elements (0 if any extent is 0); saturates at
+    /// `usize::MAX` when the product overflows, which broadcast layouts
+    /// (zero strides) can reach. [`Layout::checked_nelements`] says so.
     pub fn nelements(&self) -> usize {
-        self.ne.iter().product()
+        self.checked_nelements().unwrap_or(usize::MAX)
     }
 
-    /// Checked element count.
+    /// Checked element count: 0 if any extent is 0, else the product or an
+    /// [`Error::Overflow`].
     pub fn checked_nelements(&self) -> Result<usize> {
-        self.ne
-            .iter()
-            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
-            .ok_or_else(|| overflow(self.dtype, &self.ne))
+        product(&self.ne).ok_or_else(|| overflow(self.dtype, &self.ne))
     }
 
-    /// Number of rows (`ne1 * ne2 * ne3`).
+    /// Number of rows (`ne1 * ne2 * ne3`, 0 if one is 0), saturating at
+    /// `usize::MAX` like [`Layout::nelements`].
     pub fn nrows(&self) -> usize {
-        self.ne[1] * self.ne[2] * self.ne[3]
+        product(&self.ne[1..]).unwrap_or(usize::MAX)
     }
 
-    /// Bytes of one row of `ne0` elements.
+    /// Bytes of one row of `ne0` elements (saturating at `usize::MAX` for a
+    /// row longer than memory).
     pub fn row_bytes(&self) -> usize {
-        self.ne[0] / self.dtype.block_size() * self.dtype.type_size()
+        (self.ne[0] / self.dtype.block_size()).saturating_mul(self.dtype.type_size())
     }
 
-    /// Bytes spanned by the tensor, from its first byte to one past its last,
-    /// ggml's `ggml_nbytes` (0 if any extent is 0). Assumes a layout that
-    /// passed [`Layout::checked_nbytes`], as every constructor ensures.
+    /// Bytes spanned by the tensor, from its first byte to one past its last
+    /// (0 if any extent is 0): ggml's `ggml_nbytes` for the layouts ggml
+    /// makes. Assumes a layout that passed [`Layout::checked_nbytes`], as
+    /// every constructor ensures.
     pub fn nbytes(&self) -> usize {
         self.checked_nbytes().unwrap_or(usize::MAX)
     }
 
-    /// [`Layout::nbytes`] with overflow and block checks.
+    /// [`Layout::nbytes`] with overflow and block checks. The last block of
+    /// a row of a quantized type ends `type_size` bytes after its start,
+    /// whatever `nb[0]` says (a row of one block ignores `nb[0]`; ggml's
+    /// `ne0 / block * nb0` would miss the block's bytes when `nb[0]` is
+    /// smaller than a block).
     pub fn checked_nbytes(&self) -> Result<usize> {
         if self.ne.contains(&0) {
             return Ok(0);
@@ -103,7 +110,10 @@ impl Layout {
         let mut bytes = if bs == 1 {
             self.dtype.type_size()
         } else {
-            (self.ne[0] / bs).checked_mul(self.nb[0]).ok_or_else(ovf)?
+            (self.ne[0] / bs - 1)
+                .checked_mul(self.nb[0])
+                .and_then(|b| b.checked_add(self.dtype.type_size()))
+                .ok_or_else(ovf)?
         };
         let start = if bs == 1 { 0 } else { 1 };
         for i in start..MAX_DIMS {
@@ -240,6 +250,15 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// The product of `ne`: 0 if any is 0 (even when the others overflow),
+/// `None` on overflow.
+fn product(ne: &[usize]) -> Option<usize> {
+    if ne.contains(&0) {
+        return Some(0);
+    }
+    ne.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n))
+}
+
 fn overflow(dtype: DType, ne: &[usize; MAX_DIMS]) -> Error {
     Error::Overflow(format!(
         "{} tensor of extents {:?} is larger than the address space",
@@ -289,6 +308,46 @@ mod tests {
         ));
         assert!(Layout::contiguous(DType::F32, &[1, 1, 1, 1, 1]).is_err());
         assert_eq!(Layout::contiguous(DType::F32, &[0, 7]).unwrap().nbytes(), 0);
+    }
+
+    #[test]
+    fn counts_of_huge_or_empty_layouts_never_overflow() {
+        // Found by the bad-input suite: these panicked with overflow checks on.
+        let empty = Layout::contiguous(DType::Q4K, &[0, 1 << 62, 32]).unwrap();
+        assert_eq!((empty.nelements(), empty.nrows()), (0, usize::MAX));
+        assert_eq!(empty.checked_nelements().unwrap(), 0);
+        let bcast = Layout {
+            dtype: DType::F32,
+            ne: [usize::MAX, 1 << 40, 1 << 30, 3],
+            nb: [4, 0, 0, 0],
+        };
+        assert_eq!(bcast.nelements(), usize::MAX);
+        assert_eq!(bcast.nrows(), usize::MAX);
+        assert_eq!(bcast.row_bytes(), usize::MAX);
+        assert!(bcast.checked_nelements().is_err());
+    }
+
+    #[test]
+    fn a_quantized_span_covers_its_last_block_whatever_nb0_says() {
+        // Found by the bad-input suite: with nb0 < the block size, the span
+        // stopped short of the last block and the CPU kernels wrote past
+        // the tensor's memory.
+        for nb0 in [0, 2, 17, 18, 40] {
+            let l = Layout {
+                dtype: DType::Q4_0,
+                ne: [32, 3, 1, 1],
+                nb: [nb0, 18, 54, 54],
+            };
+            assert_eq!(l.nbytes(), 2 * 18 + 18, "nb0 {nb0}");
+        }
+        let two_blocks = Layout {
+            dtype: DType::Q8_0,
+            ne: [64, 1, 1, 1],
+            nb: [40, 80, 80, 80],
+        };
+        assert_eq!(two_blocks.nbytes(), 40 + 34);
+        let c = Layout::contiguous(DType::Q6K, &[512, 3]).unwrap();
+        assert_eq!(c.nbytes(), 6 * 210);
     }
 
     #[test]

@@ -254,7 +254,10 @@ pub fn span_bytes(l: &Layout) -> Option<usize> {
     let (mut bytes, first) = if bs == 1 {
         (l.dtype.type_size(), 0)
     } else if l.ne[0].is_multiple_of(bs) {
-        ((l.ne[0] / bs).checked_mul(l.nb[0])?, 1)
+        // The last block of a row ends a block after its start (see
+        // `Layout::checked_nbytes`); `ne[0] >= bs` here.
+        let last = (l.ne[0] / bs - 1).checked_mul(l.nb[0])?;
+        (last.checked_add(l.dtype.type_size())?, 1)
     } else {
         return None;
     };

@@ -11,6 +11,8 @@
 //! - [`contract`]: the async contract of streams (ordering, events, copies);
 //! - [`decorate`]: a device decorator that refuses chosen ops (forces
 //!   splits in multi-device tests);
+//! - [`badinput`]: the bad-input suite (hostile input for every public
+//!   entry point, run in child processes so crashes and hangs are counted);
 //! - [`refdev`]: a device that computes with the reference (a self-check of
 //!   the harness and a second device for multi-device tests);
 //! - [`gated`]: a device whose streams run nothing until the host waits (a
@@ -28,6 +30,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod badinput;
 pub mod block;
 pub mod cases;
 pub mod compare;

@@ -145,8 +145,10 @@ pub trait Buffer: Send + Sync + Debug {
     fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()>;
 
     /// Strided write: `n` pieces of `piece` bytes, piece `i` from
-    /// `data[i * data_stride..]` to `offset + i * buffer_stride`. Default: `n`
-    /// calls to [`Buffer::write`].
+    /// `data[i * data_stride..]` to `offset + i * buffer_stride`. Every
+    /// piece must fit on both sides and the pieces written must not overlap
+    /// (`buffer_stride >= piece` when `n > 1`), else an error before any
+    /// byte moves. Default: `n` calls to [`Buffer::write`].
     fn write_2d(
         &self,
         offset: usize,
@@ -156,6 +158,10 @@ pub trait Buffer: Send + Sync + Debug {
         buffer_stride: usize,
         data_stride: usize,
     ) -> Result<()> {
+        let shape = (piece, n, buffer_stride, data_stride);
+        if !check_2d(self.name(), self.size(), offset, data.len(), shape, true)? {
+            return Ok(());
+        }
         for i in 0..n {
             let src = slice_piece(data, i, data_stride, piece)?;
             let off = piece_offset(offset, i, buffer_stride)?;
@@ -164,8 +170,9 @@ pub trait Buffer: Send + Sync + Debug {
         Ok(())
     }
 
-    /// Strided read, the inverse of [`Buffer::write_2d`]. Default: `n` calls
-    /// to [`Buffer::read`].
+    /// Strided read, the inverse of [`Buffer::write_2d`] (the pieces written
+    /// into `out` must not overlap: `data_stride >= piece` when `n > 1`).
+    /// Default: `n` calls to [`Buffer::read`].
     fn read_2d(
         &self,
         offset: usize,
@@ -175,6 +182,10 @@ pub trait Buffer: Send + Sync + Debug {
         buffer_stride: usize,
         data_stride: usize,
     ) -> Result<()> {
+        let shape = (piece, n, buffer_stride, data_stride);
+        if !check_2d(self.name(), self.size(), offset, out.len(), shape, false)? {
+            return Ok(());
+        }
         for i in 0..n {
             let start = i
                 .checked_mul(data_stride)
@@ -254,6 +265,57 @@ pub fn try_filled_vec<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<
 /// [`try_filled_vec`] of `len` zero bytes.
 pub fn try_zeroed_vec(len: usize, what: &str) -> Result<Vec<u8>> {
     try_filled_vec(len, 0u8, what)
+}
+
+/// Checks a strided copy ([`Buffer::write_2d`], [`Buffer::read_2d`]) of
+/// `(piece, n, buffer_stride, data_stride)` between `offset` of a buffer of
+/// `size` bytes and a host slice of `host_len` bytes, before any byte moves:
+/// the last piece fits on both sides, and the pieces on the written side
+/// (the buffer if `writes_buffer`) do not overlap, which also bounds the
+/// work by the memory written (a request for `usize::MAX` pieces at one
+/// place used to loop for ever). `Ok(false)`: nothing to copy (`n` or
+/// `piece` is 0; pieces of nothing still start inside the buffer, as a
+/// zero-length write must).
+fn check_2d(
+    name: &str,
+    size: usize,
+    offset: usize,
+    host_len: usize,
+    (piece, n, buffer_stride, data_stride): (usize, usize, usize, usize),
+    writes_buffer: bool,
+) -> Result<bool> {
+    if n == 0 {
+        return Ok(false);
+    }
+    if piece == 0 {
+        check_range(name, size, offset, 0)?;
+        return Ok(false);
+    }
+    let last = n - 1;
+    let host_end = last
+        .checked_mul(data_stride)
+        .and_then(|s| s.checked_add(piece));
+    if host_end.is_none_or(|e| e > host_len) {
+        return Err(Error::OutOfBounds(format!(
+            "2-D copy: {n} pieces of {piece} bytes, {data_stride} apart, do not fit in a host slice of {host_len} bytes"
+        )));
+    }
+    let buffer_start = last
+        .checked_mul(buffer_stride)
+        .and_then(|d| d.checked_add(offset))
+        .ok_or_else(|| Error::Overflow("2-D copy offset".into()))?;
+    check_range(name, size, buffer_start, piece)?;
+    let written = if writes_buffer {
+        buffer_stride
+    } else {
+        data_stride
+    };
+    if n > 1 && written < piece {
+        return Err(Error::InvalidLayout(format!(
+            "2-D copy: {n} pieces of {piece} bytes written {written} bytes apart overlap"
+        )));
+    }
+    Ok(true)
 }
 
 fn slice_piece(data: &[u8], i: usize, stride: usize, piece: usize) -> Result<&[u8]> {

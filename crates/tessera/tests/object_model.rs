@@ -434,3 +434,34 @@ fn check_range_names_the_buffer() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn strided_copies_check_every_piece_first_and_never_loop_for_ever() {
+    // Found by the bad-input suite: `usize::MAX` pieces at one place made
+    // the default `write_2d` / `read_2d` loop for ever.
+    let b = host_buft(1 << 20).alloc_buffer(64).unwrap();
+    let mut out = [0u8; 16];
+    for (piece, n, bs, ds) in [(1, usize::MAX, 0, 0), (4, 3, 2, 4)] {
+        assert!(b.write_2d(0, &[7; 16], piece, n, bs, ds).is_err());
+        assert!(b.read_2d(0, &mut out, piece, n, ds, bs).is_err());
+    }
+    // Nothing to copy is not an error; a piece past either side is, and
+    // nothing is written then.
+    b.write_2d(0, &[], 0, usize::MAX, 0, 0).unwrap();
+    b.read_2d(0, &mut out, 3, 0, 0, 0).unwrap();
+    assert!(matches!(
+        b.write_2d(0, &[9; 16], 4, 4, 21, 4),
+        Err(Error::OutOfBounds(_))
+    ));
+    b.read(0, &mut out).unwrap();
+    assert_eq!(out, [0; 16]);
+    // Reading one piece of the buffer into several places is fine.
+    b.write(0, &[1, 2, 3, 4]).unwrap();
+    b.read_2d(0, &mut out, 4, 4, 0, 4).unwrap();
+    assert_eq!(out, [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]);
+    // And one host piece into several places of the buffer.
+    b.write_2d(8, &[5, 6], 2, 3, 4, 0).unwrap();
+    let mut all = [0u8; 20];
+    b.read(0, &mut all).unwrap();
+    assert_eq!(all[8..18], [5, 6, 0, 0, 5, 6, 0, 0, 5, 6]);
+}
