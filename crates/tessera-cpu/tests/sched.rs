@@ -38,17 +38,7 @@ fn sched(devs: &[Arc<dyn Device>], options: SchedulerOptions) -> Scheduler {
 
 /// Bind every weight of `b` in a Weights buffer of `dev`, with its values.
 fn bind_weights(b: &Block, dev: &Arc<dyn Device>, p: &mut Placement) -> tessera::TensorSet {
-    let layouts: Vec<_> = b
-        .weights
-        .iter()
-        .map(|&w| b.graph.node(w).unwrap().layout)
-        .collect();
-    let set = alloc_tensors(&dev.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
-    for (&w, t) in b.weights.iter().zip(&set.tensors) {
-        p.bind(&b.graph, w, t).unwrap();
-        t.write_f32(&b.weight_values(w).unwrap()).unwrap();
-    }
-    set
+    b.bind_weights(dev.as_ref(), p).unwrap()
 }
 
 /// The block's output computed on the CPU alone.

@@ -7,7 +7,8 @@
 //! [`tessera::BufferUsage::Weights`] buffer of one device); `x` is the graph
 //! input. Values are deterministic ([`Block::weight_values`]).
 
-use tessera::{DType, Graph, Result, TensorId};
+use tessera::alloc::{TensorSet, alloc_tensors};
+use tessera::{BufferUsage, DType, Device, Graph, Placement, Result, TensorId};
 
 use crate::rng::Rng;
 
@@ -113,6 +114,27 @@ impl Block {
                 if norm { 1.0 + 0.1 * u } else { 0.2 * u }
             })
             .collect())
+    }
+
+    /// Allocate every weight in one [`BufferUsage::Weights`] buffer of
+    /// `device`, write its values ([`Block::weight_values`]) and bind it in
+    /// `placement`. Keep the returned set alive as long as the placement.
+    pub fn bind_weights(
+        &self,
+        device: &dyn Device,
+        placement: &mut Placement,
+    ) -> Result<TensorSet> {
+        let layouts = self
+            .weights
+            .iter()
+            .map(|&w| self.graph.node(w).map(|n| n.layout))
+            .collect::<Result<Vec<_>>>()?;
+        let set = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
+        for (&w, t) in self.weights.iter().zip(&set.tensors) {
+            placement.bind(&self.graph, w, t)?;
+            t.write_f32(&self.weight_values(w)?)?;
+        }
+        Ok(set)
     }
 
     /// Deterministic input values, varying with `step`.

@@ -51,21 +51,7 @@ impl Refusing {
         name: &str,
         refuse: impl Fn(&Graph, TensorId) -> bool + Send + Sync + 'static,
     ) -> Arc<Self> {
-        Arc::new_cyclic(|me: &Weak<Refusing>| {
-            let dev: Weak<dyn Device> = me.clone();
-            Refusing {
-                name: name.to_owned(),
-                buft: Arc::new_cyclic(|bt| WrappedType {
-                    name: name.to_owned(),
-                    inner: inner.buffer_type(),
-                    device: dev,
-                    me: bt.clone(),
-                }),
-                inner,
-                refuse: Box::new(refuse),
-                shares_memory: false,
-            }
-        })
+        Self::build(inner, name, Box::new(refuse), false)
     }
 
     /// `inner` as an accelerator named `name` that computes in `inner`'s own
@@ -75,6 +61,15 @@ impl Refusing {
         inner: Arc<dyn Device>,
         name: &str,
         refuse: impl Fn(&Graph, TensorId) -> bool + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Self::build(inner, name, Box::new(refuse), true)
+    }
+
+    fn build(
+        inner: Arc<dyn Device>,
+        name: &str,
+        refuse: Box<RefuseFn>,
+        shares_memory: bool,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me: &Weak<Refusing>| {
             let dev: Weak<dyn Device> = me.clone();
@@ -87,8 +82,8 @@ impl Refusing {
                     me: bt.clone(),
                 }),
                 inner,
-                refuse: Box::new(refuse),
-                shares_memory: true,
+                refuse,
+                shares_memory,
             }
         })
     }

@@ -10,10 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
-use tessera::alloc::alloc_tensors;
 use tessera::{
-    BufferUsage, DType, Device, GraphAllocator, Placement, Reason, Scheduler, SchedulerOptions,
-    Stream, StreamOptions,
+    DType, Device, GraphAllocator, Placement, Reason, Scheduler, SchedulerOptions, Stream,
+    StreamOptions,
 };
 use tessera_testkit::block::{Block, BlockShape};
 
@@ -28,17 +27,7 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
 }
 
 fn bind(b: &Block, dev: &Arc<dyn Device>, p: &mut Placement) -> tessera::TensorSet {
-    let layouts: Vec<_> = b
-        .weights
-        .iter()
-        .map(|&w| b.graph.node(w).unwrap().layout)
-        .collect();
-    let set = alloc_tensors(&dev.buffer_type(), &layouts, BufferUsage::Weights).unwrap();
-    for (&w, t) in b.weights.iter().zip(&set.tensors) {
-        p.bind(&b.graph, w, t).unwrap();
-        t.write_f32(&b.weight_values(w).unwrap()).unwrap();
-    }
-    set
+    b.bind_weights(dev.as_ref(), p).unwrap()
 }
 
 fn cpu_reference(b: &Block, step: u64) -> Vec<f32> {
