@@ -668,3 +668,40 @@ fn every_reason_is_reached_where_ggml_would() {
         assert_eq!(sc.device_of(id), Some((dev, why)), "node {id}\n{text}");
     }
 }
+
+/// Run by `sched_debug_prints_the_plan` in a child process with
+/// `TESSERA_SCHED_DEBUG` set (it is read when a scheduler is made).
+#[test]
+fn sched_debug_child() {
+    if std::env::var("TESSERA_SCHED_DEBUG").is_err() {
+        return;
+    }
+    let t = small();
+    let dec = refusing(&["SILU"]);
+    let mut sc = sched(&[dec.clone(), cpu()], SchedulerOptions::default());
+    let _ = run_small(&mut sc, &t, &dec);
+}
+
+#[test]
+fn sched_debug_prints_the_plan() {
+    for (level, nodes) in [("1", false), ("2", true)] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sched_debug_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("TESSERA_SCHED_DEBUG", level)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "child failed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("3 splits, 3 copies"), "level {level}: {err}");
+        assert!(
+            err.contains("## split 1: CPU") && err.contains("input"),
+            "{err}"
+        );
+        assert_eq!(err.contains("best-inputs"), nodes, "level {level}: {err}");
+    }
+}
