@@ -22,6 +22,22 @@ impl AsRef<[u8]> for DataSection {
     }
 }
 
+/// The tensors of a file bound over one buffer ([`GgufFile::bind_all`]).
+#[derive(Debug)]
+pub struct BoundTensors {
+    /// The data section's buffer.
+    pub buffer: Arc<dyn Buffer>,
+    /// Name and tensor, in file order.
+    pub tensors: Vec<(String, Tensor)>,
+}
+
+impl BoundTensors {
+    /// The tensor named `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
 impl GgufFile {
     /// A read-only buffer over the whole data section, reported as belonging
     /// to `buft` (which must be able to use host memory, e.g. the CPU's).
@@ -64,11 +80,8 @@ impl GgufFile {
     }
 
     /// Every tensor whose type Tessera knows, in file order, over one data
-    /// buffer of type `buft`, with that buffer.
-    pub fn bind_all(
-        &self,
-        buft: Arc<dyn BufferType>,
-    ) -> Result<(Arc<dyn Buffer>, Vec<(String, Tensor)>)> {
+    /// buffer of type `buft`.
+    pub fn bind_all(&self, buft: Arc<dyn BufferType>) -> Result<BoundTensors> {
         let buffer = self.data_buffer(buft);
         let tensors = self
             .tensors()
@@ -76,6 +89,6 @@ impl GgufFile {
             .filter(|t| t.dtype.is_some())
             .map(|t| Ok((t.name.clone(), self.tensor_in(&buffer, &t.name)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok((buffer, tensors))
+        Ok(BoundTensors { buffer, tensors })
     }
 }

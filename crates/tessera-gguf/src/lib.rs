@@ -24,6 +24,7 @@ mod parse;
 mod value;
 mod writer;
 
+pub use bind::BoundTensors;
 pub use file::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufFile, MAX_ALIGNMENT, TensorInfo};
 pub use parse::MAX_ARRAY_DEPTH;
 pub use value::{FromValue, Value, ValueType};

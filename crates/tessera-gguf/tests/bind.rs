@@ -47,8 +47,9 @@ fn mul_mat_reads_a_mapped_q8_0_weight() {
     let f = GgufFile::open(&path).unwrap();
 
     let cpu = tessera_cpu::device();
-    let (_buffer, tensors) = f.bind_all(cpu.buffer_type()).unwrap();
-    let wt = &tensors[0].1;
+    let bound = f.bind_all(cpu.buffer_type()).unwrap();
+    assert_eq!(bound.tensors.len(), 1);
+    let wt = bound.get("w").unwrap();
 
     let mut g = Graph::new();
     let wid = g.new_tensor(DType::Q8_0, &[k, n]).unwrap();
@@ -75,6 +76,6 @@ fn mul_mat_reads_a_mapped_q8_0_weight() {
         assert!((*o as f64 - exact).abs() < 0.2, "row {r}: {o} vs {exact}");
     }
     assert!(out.iter().any(|v| v.abs() > 0.1), "{out:?}");
-    drop((tensors, p, f));
+    drop((bound, p, f));
     std::fs::remove_dir_all(&dir).unwrap();
 }
