@@ -7,7 +7,8 @@
 //!   without a ratio;
 //! - `tessera test` runs the conformance harness on a device;
 //! - `tessera support` prints which op cases each device supports;
-//! - `tessera plan` shows how the scheduler splits a graph over devices.
+//! - `tessera plan` shows how the scheduler splits a graph over devices;
+//! - `tessera gguf info FILE [--json]` lists a GGUF file's metadata and tensors.
 
 use std::process::ExitCode;
 
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod conformance;
 mod devices;
+mod gguf;
 mod plan;
 
 #[derive(Parser, Debug)]
@@ -54,6 +56,17 @@ enum Command {
     Support,
     /// Show how the scheduler splits a transformer graph over devices.
     Plan(plan::PlanArgs),
+    /// Inspect GGUF files.
+    Gguf {
+        #[command(subcommand)]
+        what: GgufWhat,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GgufWhat {
+    /// Version, metadata and tensor table of a GGUF file (like gguf-dump).
+    Info(gguf::InfoArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,6 +98,7 @@ impl Command {
             Command::Bench {
                 what: BenchWhat::Machine,
             } => false,
+            Command::Gguf { .. } => false,
         }
     }
 }
@@ -113,6 +127,9 @@ fn main() -> ExitCode {
         } => conformance::run_test(device.as_deref(), filter.as_deref(), verbose),
         Command::Support => conformance::run_support(),
         Command::Plan(args) => plan::run(&args),
+        Command::Gguf {
+            what: GgufWhat::Info(args),
+        } => gguf::run_info(&args),
     };
     match result {
         Ok(code) => code,
