@@ -8,7 +8,7 @@ Usage (normally through generate.sh, which fetches the sources first):
 
 Who computes what
 -----------------
-* BF16, Q8_0, Q4_0: quantized and dequantized by gguf-py (`gguf.quants`), the
+* BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quantized and dequantized by gguf-py (`gguf.quants`), the
   Python port that llama.cpp maintains.
 * F16, Q4_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
   and dequantized (`GGML_FP16_TO_FP32`, `dequantize_row_*`) by ggml's own C,
@@ -23,7 +23,7 @@ Inputs
 ------
 Deterministic (splitmix64 + Box-Muller written out below, no numpy RNG), in
 256-value *segments* of one kind each (tags in `SEGMENT_KINDS`). Q4_0/Q8_0
-rows are one segment (8 blocks), K-quant rows two segments (2 super-blocks).
+(and Q4_1/Q5_0/Q5_1) rows are one segment (8 blocks), K-quant rows two segments (2 super-blocks).
 F16/BF16 use 64-value rows of their own kinds (`FLOAT_ROW_KINDS`), with NaN,
 inf, ties and subnormals.
 
@@ -31,7 +31,8 @@ File format (`<type>.bin`, all little-endian)
 ----------------------------------------------
     magic      4 bytes  b"TQFX"
     version    u32      1
-    ggml_type  u32      ggml's type id (F16=1, Q4_0=2, Q8_0=8, Q4_K=12, Q6_K=14, Q8_K=15, BF16=30)
+    ggml_type  u32      ggml's type id (F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
+                        Q4_K=12, Q6_K=14, Q8_K=15, BF16=30)
     n_rows     u32
     n_per_row  u32      f32 values per row
     row_bytes  u32      quantized bytes per row
@@ -342,8 +343,9 @@ def main() -> int:
                deq.view(np.uint32), float_tags, FLOAT_ROW, FLOAT_ROW_KINDS)
         write_fixture(args.out / "bf16.bin", 30, xf, q, deq, len(float_tags), FLOAT_ROW, float_tags)
 
-        # --- Q8_0, Q4_0: gguf-py (C for comparison); rows of one segment
-        for name, qt, tid in (("q8_0", T.Q8_0, 8), ("q4_0", T.Q4_0, 2)):
+        # --- Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: gguf-py (C for comparison); rows of one segment
+        for name, qt, tid in (("q8_0", T.Q8_0, 8), ("q4_0", T.Q4_0, 2), ("q4_1", T.Q4_1, 3),
+                              ("q5_0", T.Q5_0, 6), ("q5_1", T.Q5_1, 7)):
             print(f"{name.upper()} (gguf-py):")
             with np.errstate(all="ignore"):
                 q = quants.quantize(x.reshape(len(tags), SEG), qt).reshape(-1)

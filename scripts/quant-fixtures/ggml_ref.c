@@ -7,7 +7,7 @@
 //   ggml_ref quant   TYPE N   < N f32 values          > row bytes
 //   ggml_ref dequant TYPE N   < row bytes of N values > N f32 values
 //
-// TYPE is one of f16 bf16 q4_0 q8_0 q4_K q6_K q8_K. Everything is
+// TYPE is one of f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q6_K q8_K. Everything is
 // little-endian raw binary on stdin/stdout. The output buffer of `quant` is
 // zeroed first, so bytes ggml leaves unwritten (q8_K's bsums of an all-zero
 // block) come out as zeros.
@@ -58,6 +58,9 @@ static const struct type_info TYPES[] = {
     { "f16",  1,     sizeof(ggml_fp16_t) },
     { "bf16", 1,     sizeof(ggml_bf16_t) },
     { "q4_0", QK4_0, sizeof(block_q4_0) },
+    { "q4_1", QK4_1, sizeof(block_q4_1) },
+    { "q5_0", QK5_0, sizeof(block_q5_0) },
+    { "q5_1", QK5_1, sizeof(block_q5_1) },
     { "q8_0", QK8_0, sizeof(block_q8_0) },
     { "q4_K", QK_K,  sizeof(block_q4_K) },
     { "q6_K", QK_K,  sizeof(block_q6_K) },
@@ -87,6 +90,12 @@ static void quant(const char * t, const float * x, void * y, int64_t n) {
         for (int64_t i = 0; i < n; i++) h[i] = GGML_FP32_TO_BF16(x[i]);
     } else if (!strcmp(t, "q4_0")) {
         quantize_row_q4_0_ref(x, y, n);
+    } else if (!strcmp(t, "q4_1")) {
+        quantize_row_q4_1_ref(x, y, n);
+    } else if (!strcmp(t, "q5_0")) {
+        quantize_row_q5_0_ref(x, y, n);
+    } else if (!strcmp(t, "q5_1")) {
+        quantize_row_q5_1_ref(x, y, n);
     } else if (!strcmp(t, "q8_0")) {
         quantize_row_q8_0_ref(x, y, n);
     } else if (!strcmp(t, "q4_K")) {
@@ -107,6 +116,12 @@ static void dequant(const char * t, const void * x, float * y, int64_t n) {
         for (int64_t i = 0; i < n; i++) y[i] = GGML_BF16_TO_FP32(h[i]);
     } else if (!strcmp(t, "q4_0")) {
         dequantize_row_q4_0(x, y, n);
+    } else if (!strcmp(t, "q4_1")) {
+        dequantize_row_q4_1(x, y, n);
+    } else if (!strcmp(t, "q5_0")) {
+        dequantize_row_q5_0(x, y, n);
+    } else if (!strcmp(t, "q5_1")) {
+        dequantize_row_q5_1(x, y, n);
     } else if (!strcmp(t, "q8_0")) {
         dequantize_row_q8_0(x, y, n);
     } else if (!strcmp(t, "q4_K")) {

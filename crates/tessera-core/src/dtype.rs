@@ -19,6 +19,12 @@ pub enum DType {
     F16 = 1,
     /// 32-element blocks of 4-bit ints with one f16 scale: `x = d * (q - 8)`.
     Q4_0 = 2,
+    /// 32-element blocks of 4-bit ints with an f16 scale and min: `x = d * q + m`.
+    Q4_1 = 3,
+    /// 32-element blocks of 5-bit ints with one f16 scale: `x = d * (q - 16)`.
+    Q5_0 = 6,
+    /// 32-element blocks of 5-bit ints with an f16 scale and min: `x = d * q + m`.
+    Q5_1 = 7,
     /// 32-element blocks of i8 with one f16 scale: `x = d * q`.
     Q8_0 = 8,
     /// 256-element super-blocks of 4-bit ints, 8 sub-blocks with 6-bit scales and mins.
@@ -37,10 +43,13 @@ pub enum DType {
 }
 
 /// Every type, in ggml id order.
-pub const ALL_DTYPES: [DType; 10] = [
+pub const ALL_DTYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
     DType::Q8_0,
     DType::Q4K,
     DType::Q6K,
@@ -55,7 +64,7 @@ impl DType {
     pub const fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64 => 1,
-            DType::Q4_0 | DType::Q8_0 => 32,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
             DType::Q4K | DType::Q6K | DType::Q8K => 256,
         }
     }
@@ -67,6 +76,9 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
             DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q8_0 => 34,
             DType::Q4K => 144,
             DType::Q6K => 210,
@@ -95,6 +107,9 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
             DType::Q8_0 => "q8_0",
             DType::Q4K => "q4_K",
             DType::Q6K => "q6_K",
@@ -161,13 +176,22 @@ mod tests {
             assert_eq!(DType::from_ggml_id(t.ggml_id()).ok(), Some(t));
             assert_eq!(DType::from_name(&t.name().to_uppercase()).ok(), Some(t));
         }
-        assert!(DType::from_ggml_id(3).is_err());
-        assert!(DType::from_name("q5_1").is_err());
+        assert!(DType::from_ggml_id(4).is_err());
+        assert!(DType::from_ggml_id(5).is_err());
+        assert!(DType::from_name("q5_k").is_err());
+        assert_eq!(DType::from_ggml_id(3).ok(), Some(DType::Q4_1));
+        assert_eq!(DType::from_ggml_id(6).ok(), Some(DType::Q5_0));
+        assert_eq!(DType::from_ggml_id(7).ok(), Some(DType::Q5_1));
+        assert_eq!(DType::from_name("Q5_1").ok(), Some(DType::Q5_1));
     }
 
     #[test]
     fn row_size_checks_block_multiple() {
         assert_eq!(DType::Q4_0.row_size(64).ok(), Some(36));
+        assert_eq!(DType::Q4_1.row_size(64).ok(), Some(40));
+        assert_eq!(DType::Q5_0.row_size(64).ok(), Some(44));
+        assert_eq!(DType::Q5_1.row_size(64).ok(), Some(48));
+        assert!(DType::Q5_0.row_size(48).is_err());
         assert_eq!(DType::Q6K.row_size(512).ok(), Some(420));
         assert!(matches!(
             DType::Q4K.row_size(100),

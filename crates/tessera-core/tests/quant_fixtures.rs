@@ -3,7 +3,7 @@
 //! The fixtures in `tests/fixtures/quant/` were made by upstream code only:
 //! ggml's C reference quantizers (`quantize_row_*_ref`, `dequantize_row_*`,
 //! `GGML_FP32_TO_FP16`) for F16, Q4_K, Q6_K and Q8_K, and gguf-py (llama.cpp's
-//! Python port) for BF16, Q8_0 and Q4_0. Regenerate them with
+//! Python port) for BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1. Regenerate them with
 //! `scripts/quant-fixtures/generate.sh`, whose `generate.py` documents the
 //! format and the input kinds (normal, uniform, outliers, tiny, zeros, single
 //! non-zero, negative maxima, ties, subnormal, huge, NaN/inf for the floats...).
@@ -11,6 +11,13 @@
 //! For every type: `from_f32` of the inputs must equal upstream's bytes, and
 //! `to_f32` of upstream's bytes must equal upstream's f32 bit for bit, both
 //! over all rows at once and row by row.
+//!
+//! The generator also runs ggml's C (`quantize_row_q4_1_ref`,
+//! `quantize_row_q5_0_ref`, `quantize_row_q5_1_ref`, `dequantize_row_*`) on
+//! the same inputs as gguf-py for Q4_1, Q5_0 and Q5_1, and reports any
+//! disagreement: at llama-cpp-python 0.3.36 / gguf 0.19.0 there is none, on
+//! every segment kind (NaN-free inputs; subnormal, huge and f16-overflowing
+//! blocks included), so these fixtures are also ggml's C output.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // tests: failing loudly is the point
 
@@ -216,6 +223,9 @@ fixture_test!(f16_matches_ggml, "f16.bin", DType::F16);
 fixture_test!(bf16_matches_gguf_py, "bf16.bin", DType::BF16);
 fixture_test!(q8_0_matches_gguf_py, "q8_0.bin", DType::Q8_0);
 fixture_test!(q4_0_matches_gguf_py, "q4_0.bin", DType::Q4_0);
+fixture_test!(q4_1_matches_gguf_py, "q4_1.bin", DType::Q4_1);
+fixture_test!(q5_0_matches_gguf_py, "q5_0.bin", DType::Q5_0);
+fixture_test!(q5_1_matches_gguf_py, "q5_1.bin", DType::Q5_1);
 fixture_test!(q4_k_matches_ggml, "q4_k.bin", DType::Q4K);
 fixture_test!(q6_k_matches_ggml, "q6_k.bin", DType::Q6K);
 fixture_test!(q8_k_matches_ggml, "q8_k.bin", DType::Q8K);
@@ -226,6 +236,9 @@ fixture_test!(q8_k_matches_ggml, "q8_k.bin", DType::Q8K);
 fn fixtures_cover_all_kinds() {
     for (file, bytes) in [
         ("q4_0.bin", &include_bytes!("fixtures/quant/q4_0.bin")[..]),
+        ("q4_1.bin", &include_bytes!("fixtures/quant/q4_1.bin")[..]),
+        ("q5_0.bin", &include_bytes!("fixtures/quant/q5_0.bin")[..]),
+        ("q5_1.bin", &include_bytes!("fixtures/quant/q5_1.bin")[..]),
         ("q4_k.bin", &include_bytes!("fixtures/quant/q4_k.bin")[..]),
     ] {
         let f = parse(file, bytes);

@@ -166,7 +166,15 @@ fn repeats(nb: usize, na: usize) -> bool {
 }
 
 /// Quantized types the kernels convert to and from F32.
-const QUANT: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+const QUANT: [DType; 7] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q4K,
+    DType::Q6K,
+];
 
 /// Rows of whole blocks, elements adjacent within a row.
 fn rows_ok(l: &Layout) -> bool {

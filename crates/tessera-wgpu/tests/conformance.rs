@@ -15,11 +15,115 @@ mod common;
 use tessera::Device;
 use tessera_testkit::{Outcome, catalogue, run_all};
 
-/// Cases the wgpu device may decline: `(case name, why)`. Empty: every case
-/// of the catalogue has a kernel (lavapipe included). An entry needs a
-/// justification here, and must go once the case is supported (the test
-/// fails on an entry whose case runs).
-const ALLOWED_UNSUPPORTED: &[(&str, &str)] = &[];
+/// Cases the wgpu device may decline: `(case name, why)`. Every case of the
+/// catalogue has a kernel (lavapipe included) except the copies and row ops
+/// of Q4_1, Q5_0 and Q5_1 (issue 11, part 2: WGSL bodies not written yet).
+/// An entry needs a justification here, and must go once the case is
+/// supported (the test fails on an entry whose case runs).
+const ALLOWED_UNSUPPORTED: &[(&str, &str)] = &[
+    ("CPY(type_src=q4_1,type_dst=q4_1,ne=[64,3,1,1])", NO_Q41_Q5),
+    ("CPY(type_src=q5_0,type_dst=q5_0,ne=[64,3,1,1])", NO_Q41_Q5),
+    ("CPY(type_src=q5_1,type_dst=q5_1,ne=[64,3,1,1])", NO_Q41_Q5),
+    ("CPY(type_src=f32,type_dst=q4_1,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("CPY(type_src=q4_1,type_dst=f32,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("CPY(type_src=f32,type_dst=q5_0,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("CPY(type_src=q5_0,type_dst=f32,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("CPY(type_src=f32,type_dst=q5_1,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("CPY(type_src=q5_1,type_dst=f32,ne=[64,3,2,1])", NO_Q41_Q5),
+    ("GET_ROWS(type=q4_1,ne=[32,10,1,1],n=5)", NO_Q41_Q5),
+    ("GET_ROWS(type=q4_1,ne=[32,6,2,3],n=4)", NO_Q41_Q5),
+    (
+        "GET_ROWS(type=q4_1,ne=[32,5,3,1],n=7,permute=[0,2,1,3])",
+        NO_Q41_Q5,
+    ),
+    ("GET_ROWS(type=q5_0,ne=[32,10,1,1],n=5)", NO_Q41_Q5),
+    ("GET_ROWS(type=q5_0,ne=[32,6,2,3],n=4)", NO_Q41_Q5),
+    (
+        "GET_ROWS(type=q5_0,ne=[32,5,3,1],n=7,permute=[0,2,1,3])",
+        NO_Q41_Q5,
+    ),
+    ("GET_ROWS(type=q5_1,ne=[32,10,1,1],n=5)", NO_Q41_Q5),
+    ("GET_ROWS(type=q5_1,ne=[32,6,2,3],n=4)", NO_Q41_Q5),
+    (
+        "GET_ROWS(type=q5_1,ne=[32,5,3,1],n=7,permute=[0,2,1,3])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i64,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i64,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i64,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i32,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i32,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q4_1,type_idx=i32,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i64,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i64,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i64,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i32,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i32,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_0,type_idx=i32,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i64,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i64,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i64,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i32,ne=[32,10,1,1],n=4,ids_b=[1,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i32,ne=[32,6,4,2],n=3,ids_b=[2,1])",
+        NO_Q41_Q5,
+    ),
+    (
+        "SET_ROWS(type=q5_1,type_idx=i32,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
+        NO_Q41_Q5,
+    ),
+];
+
+/// Why the Q4_1/Q5_0/Q5_1 cases may be declined.
+const NO_Q41_Q5: &str = "no WGSL (de)quantizer for Q4_1, Q5_0, Q5_1 yet (QUANT_READ/QUANT_WRITE)";
 
 #[test]
 fn every_case_is_supported_and_passes() {

@@ -1,8 +1,8 @@
 //! ggml's quantization block layouts, byte for byte.
 //!
 //! Quantized tensors are arrays of these blocks, exactly as ggml and GGUF
-//! files store them (`block_q4_0`, `block_q8_0`, `block_q4_K`, `block_q6_K`,
-//! `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
+//! files store them (`block_q4_0`, `block_q4_1`, `block_q5_0`, `block_q5_1`,
+//! `block_q8_0`, `block_q4_K`, `block_q6_K`, `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
 //! checked at compile time against [`DType::type_size`]. Byte order is the
 //! host's, as in ggml (little-endian on every target Tessera supports).
 //!
@@ -19,6 +19,12 @@ use crate::dtype::DType;
 
 /// Values per [`BlockQ4_0`].
 pub const QK4_0: usize = 32;
+/// Values per [`BlockQ4_1`].
+pub const QK4_1: usize = 32;
+/// Values per [`BlockQ5_0`].
+pub const QK5_0: usize = 32;
+/// Values per [`BlockQ5_1`].
+pub const QK5_1: usize = 32;
 /// Values per [`BlockQ8_0`].
 pub const QK8_0: usize = 32;
 /// Values per K-quant super-block ([`BlockQ4K`], [`BlockQ6K`], [`BlockQ8K`]).
@@ -52,6 +58,51 @@ pub struct BlockQ4_0 {
     pub d: f16,
     /// Packed nibbles.
     pub qs: [u8; QK4_0 / 2],
+}
+
+/// `block_q4_1`: 32 values `x = d * q + m` with 4-bit `q`.
+///
+/// `qs` is packed as in [`BlockQ4_0`]: value `j` low, value `j + 16` high.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4_1 {
+    /// Scale.
+    pub d: f16,
+    /// Minimum (the value of `q = 0`).
+    pub m: f16,
+    /// Packed nibbles.
+    pub qs: [u8; QK4_1 / 2],
+}
+
+/// `block_q5_0`: 32 values `x = d * (q - 16)` with 5-bit `q`.
+///
+/// The low four bits are packed into `qs` as in [`BlockQ4_0`]; bit 4 of
+/// value `j` is bit `j` of the little-endian u32 `qh`. `qh` is a byte array
+/// as in ggml, so the block has no padding (22 bytes, 2-byte aligned).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    /// Scale.
+    pub d: f16,
+    /// Fifth bits of the 32 quants (a little-endian u32).
+    pub qh: [u8; 4],
+    /// Packed low nibbles.
+    pub qs: [u8; QK5_0 / 2],
+}
+
+/// `block_q5_1`: 32 values `x = d * q + m` with 5-bit `q`, bits laid out
+/// as in [`BlockQ5_0`].
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5_1 {
+    /// Scale.
+    pub d: f16,
+    /// Minimum (the value of `q = 0`).
+    pub m: f16,
+    /// Fifth bits of the 32 quants (a little-endian u32).
+    pub qh: [u8; 4],
+    /// Packed low nibbles.
+    pub qs: [u8; QK5_1 / 2],
 }
 
 /// `block_q8_0`: 32 values `x = d * q` with `q` in -127..=127.
@@ -112,11 +163,17 @@ pub struct BlockQ8K {
 }
 
 const _: () = assert!(size_of::<BlockQ4_0>() == DType::Q4_0.type_size());
+const _: () = assert!(size_of::<BlockQ4_1>() == DType::Q4_1.type_size());
+const _: () = assert!(size_of::<BlockQ5_0>() == DType::Q5_0.type_size());
+const _: () = assert!(size_of::<BlockQ5_1>() == DType::Q5_1.type_size());
 const _: () = assert!(size_of::<BlockQ8_0>() == DType::Q8_0.type_size());
 const _: () = assert!(size_of::<BlockQ4K>() == DType::Q4K.type_size());
 const _: () = assert!(size_of::<BlockQ6K>() == DType::Q6K.type_size());
 const _: () = assert!(size_of::<BlockQ8K>() == DType::Q8K.type_size());
 const _: () = assert!(QK4_0 == DType::Q4_0.block_size());
+const _: () = assert!(QK4_1 == DType::Q4_1.block_size());
+const _: () = assert!(QK5_0 == DType::Q5_0.block_size());
+const _: () = assert!(QK5_1 == DType::Q5_1.block_size());
 const _: () = assert!(QK8_0 == DType::Q8_0.block_size());
 const _: () = assert!(QK_K == DType::Q4K.block_size());
 const _: () = assert!(QK_K == DType::Q6K.block_size());
@@ -130,6 +187,16 @@ mod tests {
     #[test]
     fn field_offsets_match_ggml_common_h() {
         assert_eq!(offset_of!(BlockQ4_0, qs), 2);
+        assert_eq!(offset_of!(BlockQ4_1, m), 2);
+        assert_eq!(offset_of!(BlockQ4_1, qs), 4);
+        assert_eq!(offset_of!(BlockQ5_0, qh), 2);
+        assert_eq!(offset_of!(BlockQ5_0, qs), 6);
+        assert_eq!(offset_of!(BlockQ5_1, m), 2);
+        assert_eq!(offset_of!(BlockQ5_1, qh), 4);
+        assert_eq!(offset_of!(BlockQ5_1, qs), 8);
+        assert_eq!(size_of::<BlockQ4_1>(), 20);
+        assert_eq!(size_of::<BlockQ5_0>(), 22);
+        assert_eq!(size_of::<BlockQ5_1>(), 24);
         assert_eq!(offset_of!(BlockQ8_0, qs), 2);
         assert_eq!(offset_of!(BlockQ4K, dmin), 2);
         assert_eq!(offset_of!(BlockQ4K, scales), 4);
@@ -144,6 +211,9 @@ mod tests {
     #[test]
     fn trait_dtypes_match() {
         assert_eq!(<BlockQ4_0 as QuantBlock<QK4_0>>::DTYPE, DType::Q4_0);
+        assert_eq!(<BlockQ4_1 as QuantBlock<QK4_1>>::DTYPE, DType::Q4_1);
+        assert_eq!(<BlockQ5_0 as QuantBlock<QK5_0>>::DTYPE, DType::Q5_0);
+        assert_eq!(<BlockQ5_1 as QuantBlock<QK5_1>>::DTYPE, DType::Q5_1);
         assert_eq!(<BlockQ8_0 as QuantBlock<QK8_0>>::DTYPE, DType::Q8_0);
         assert_eq!(<BlockQ4K as QuantBlock<QK_K>>::DTYPE, DType::Q4K);
         assert_eq!(<BlockQ6K as QuantBlock<QK_K>>::DTYPE, DType::Q6K);

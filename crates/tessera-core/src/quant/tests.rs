@@ -41,6 +41,9 @@ fn round_trip_error_within_test_quantize_fns_bounds() {
     let x = ggml_test_data(0.0, 32 * 128);
     for dtype in [
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
         DType::Q4K,
         DType::Q6K,
@@ -59,15 +62,32 @@ fn finer_types_are_more_accurate() {
     let x = ggml_test_data(0.5, 1024);
     let err = |t| ggml_array_rmse(&x, &round_trip(t, &x));
     assert!(err(DType::Q8_0) < err(DType::Q4_0));
+    assert!(err(DType::Q5_0) < err(DType::Q4_0));
+    assert!(err(DType::Q5_1) < err(DType::Q4_1));
+    assert!(err(DType::Q8_0) < err(DType::Q5_0));
     assert!(err(DType::Q6K) < err(DType::Q4K));
     assert!(err(DType::Q8K) < err(DType::Q6K));
+    // A min and a scale beat a signed scale on data offset from zero.
+    let shifted: Vec<f32> = x.iter().map(|v| v + 3.0).collect();
+    let err = |t| ggml_array_rmse(&shifted, &round_trip(t, &shifted));
+    assert!(err(DType::Q4_1) < err(DType::Q4_0) / 2.0);
+    assert!(err(DType::Q5_1) < err(DType::Q5_0) / 2.0);
 }
 
 #[test]
 fn length_errors_are_classified() {
     let x = vec![0.5f32; 300];
     // Not a multiple of the block size.
-    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q8K] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q8K,
+    ] {
         let mut q = vec![0u8; 4096];
         assert!(matches!(
             from_f32(dtype, &x[..33], &mut q),
@@ -85,6 +105,9 @@ fn length_errors_are_classified() {
         DType::F16,
         DType::BF16,
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
     ] {
         let n = 64;
@@ -239,7 +262,7 @@ proptest! {
     /// same order of magnitude.
     #[test]
     fn random_blocks_dequantize(bytes in prop::collection::vec(any::<u8>(), 292 * 2)) {
-        for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q8K] {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q8K] {
             let n = 512;
             let nbytes = dtype.row_size(n).unwrap();
             let mut y = vec![0.0f32; n];
@@ -250,7 +273,7 @@ proptest! {
     #[test]
     fn quantized_values_stay_close(values in prop::collection::vec(-100.0f32..100.0, 256)) {
         let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        for (dtype, tol) in [(DType::Q8_0, 0.01), (DType::Q4_0, 0.15), (DType::Q4K, 0.25), (DType::Q6K, 0.05), (DType::Q8K, 0.01)] {
+        for (dtype, tol) in [(DType::Q8_0, 0.01), (DType::Q4_0, 0.15), (DType::Q4_1, 0.075), (DType::Q5_0, 0.07), (DType::Q5_1, 0.04), (DType::Q4K, 0.25), (DType::Q6K, 0.05), (DType::Q8K, 0.01)] {
             let y = round_trip(dtype, &values);
             for (a, b) in values.iter().zip(&y) {
                 prop_assert!((a - b).abs() <= tol * amax + 1e-3, "{}: {} -> {}", dtype, a, b);

@@ -82,6 +82,8 @@ pub fn vec_dot_type(weights: DType) -> Option<DType> {
         DType::BF16 => Some(DType::BF16),
         DType::Q8_0 | DType::Q4_0 => Some(DType::Q8_0),
         DType::Q4K | DType::Q6K => Some(DType::Q8K),
+        // No dot product yet: MUL_MAT on these weights is unsupported.
+        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => None,
         DType::Q8K | DType::I32 | DType::I64 => None,
     }
 }
@@ -154,6 +156,7 @@ pub fn scalar_dot_fn(weights: DType) -> Option<DotFn> {
         DType::Q4_0 => dot_quant::dot_q4_0_q8_0,
         DType::Q4K => dot_quant::dot_q4_k_q8_k,
         DType::Q6K => dot_quant::dot_q6_k_q8_k,
+        DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => return None,
         DType::Q8K | DType::I32 | DType::I64 => return None,
     })
 }

@@ -61,12 +61,15 @@ unsafe fn transpose(rows: &[*const f32], kc: usize, out: *mut f32) {
 }
 
 /// The reference converter of `t` (`None` for F32, read in place).
-fn dequant(t: DType) -> Option<DequantFn> {
+pub(super) fn dequant(t: DType) -> Option<DequantFn> {
     Some(match t {
         DType::F16 => to_f32_f16,
         DType::BF16 => to_f32_bf16,
         DType::Q8_0 => to_f32_q8_0,
         DType::Q4_0 => to_f32_q4_0,
+        DType::Q4_1 => to_f32_q4_1,
+        DType::Q5_0 => to_f32_q5_0,
+        DType::Q5_1 => to_f32_q5_1,
         DType::Q4K => to_f32_q4k,
         DType::Q6K => to_f32_q6k,
         DType::F32 | DType::Q8K | DType::I32 | DType::I64 => return None,
@@ -99,5 +102,8 @@ to_f32!(to_f32_f16, DType::F16);
 to_f32!(to_f32_bf16, DType::BF16);
 to_f32!(to_f32_q8_0, DType::Q8_0);
 to_f32!(to_f32_q4_0, DType::Q4_0);
+to_f32!(to_f32_q4_1, DType::Q4_1);
+to_f32!(to_f32_q5_0, DType::Q5_0);
+to_f32!(to_f32_q5_1, DType::Q5_1);
 to_f32!(to_f32_q4k, DType::Q4K);
 to_f32!(to_f32_q6k, DType::Q6K);

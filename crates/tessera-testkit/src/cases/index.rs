@@ -6,12 +6,15 @@ use tessera::DType;
 
 use super::{Case, CaseGraph, Init, fmt_ne, fmt_perm, permuted_leaf};
 
-const ROW_TYPES: [DType; 8] = [
+const ROW_TYPES: [DType; 11] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
     DType::I32,
