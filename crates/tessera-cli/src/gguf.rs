@@ -26,7 +26,11 @@ pub struct InfoArgs {
 
 /// Run `gguf info`.
 pub fn run_info(args: &InfoArgs) -> Result<ExitCode> {
-    let f = GgufFile::open(&args.file)?;
+    // SAFETY: the command maps the file only while it prints its metadata;
+    // the user runs it on a file nothing is rewriting meanwhile, the same
+    // assumption as every tool that maps model files (llama.cpp's included).
+    // (`GgufFile::open` would read a multi-gigabyte file just to list it.)
+    let f = unsafe { GgufFile::open_mapped(&args.file) }?;
     let out = if args.json { json(&f) } else { text(&f) };
     print!("{out}");
     Ok(ExitCode::SUCCESS)

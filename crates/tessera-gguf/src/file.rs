@@ -86,24 +86,24 @@ impl fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Map `path` read-only and parse it.
-    ///
-    /// The map is private to this file and the buffers bound over it (see
-    /// [`GgufFile::data_buffer`]); nothing is copied. **Contract:** the file
-    /// must not be modified or truncated while the `GgufFile` or any buffer
-    /// or tensor made from it is alive — like every memory map, changes
-    /// made by another process would show through (and truncation makes the
-    /// OS signal the reading process). This is the caller's responsibility,
-    /// as with llama.cpp's `mmap` loading.
+    /// Read `path` into memory and parse it (safe; the file is copied
+    /// once, with its size checked before the allocation). For zero-copy
+    /// loading, see [`GgufFile::open_mapped`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
         let path = path.as_ref();
-        let file = std::fs::File::open(path).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", path.display()),
-            ))
+        let mut file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+        let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+        let len = usize::try_from(len)
+            .map_err(|_| Error::Malformed(format!("{}: {len} bytes", path.display())))?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+            device: "host".into(),
+            requested: len,
+            detail: format!("reading {}: {e}", path.display()),
         })?;
-        Self::from_storage(Arc::new(crate::mmap::map(&file)?))
+        file.read_to_end(&mut bytes).map_err(|e| io_error(path, e))?;
+        Self::from_bytes(bytes)
     }
 
     /// Parse bytes held in memory.
@@ -111,7 +111,7 @@ impl GgufFile {
         Self::from_storage(Arc::new(bytes.into()))
     }
 
-    fn from_storage(storage: Storage) -> Result<Self> {
+    pub(crate) fn from_storage(storage: Storage) -> Result<Self> {
         let data = (*storage).as_ref();
         let mut c = Cursor::new(data);
         let magic = c.u32("magic")?.to_le_bytes();
@@ -349,4 +349,12 @@ fn tensor_bytes(r: &RawTensorInfo, t: DType) -> Result<usize> {
                 r.ne
             ))
         })
+}
+
+/// An I/O error naming the file.
+pub(crate) fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::Io(std::io::Error::new(
+        e.kind(),
+        format!("{}: {e}", path.display()),
+    ))
 }

@@ -1,7 +1,9 @@
 //! GGUF, the file format of llama.cpp: read (versions 2 and 3), validate,
 //! bind tensors without copying, and write.
 //!
-//! - [`GgufFile::open`] maps a file read-only and parses it;
+//! - [`GgufFile::open`] reads a file and parses it; the `unsafe`
+//!   [`GgufFile::open_mapped`] maps it read-only instead (zero copy; its
+//!   caller promises the file does not change while mapped);
 //!   [`GgufFile::from_bytes`] parses bytes in memory. Every length, count,
 //!   offset and shape read from the file is checked before it is used, so a
 //!   corrupt or hostile file is an [`Error::Malformed`](tessera::Error) naming

@@ -1,14 +1,19 @@
-//! The crate's one unsafe call: a read-only memory map of a GGUF file.
-//!
-//! The map is private: [`GgufFile`](crate::GgufFile) and the buffers bound
-//! over it only ever read it, and [`GgufFile::open`](crate::GgufFile::open)
-//! documents the contract the caller keeps (the file is not modified or
-//! truncated while mapped).
+//! The crate's one `unsafe`: a read-only memory map of a GGUF file, behind
+//! [`GgufFile::open_mapped`](crate::GgufFile::open_mapped), an `unsafe fn`
+//! whose caller promises what no program can check for itself: that the
+//! file is not modified or truncated while it is mapped. (A safe
+//! `GgufFile::open` reads the file into memory instead.)
 
 use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use tessera::Result;
+
+use crate::GgufFile;
 
 /// A read-only memory map of a whole file.
-pub(crate) struct Mapped(memmap2::Mmap);
+struct Mapped(memmap2::Mmap);
 
 impl AsRef<[u8]> for Mapped {
     fn as_ref(&self) -> &[u8] {
@@ -16,17 +21,28 @@ impl AsRef<[u8]> for Mapped {
     }
 }
 
-/// Map `file` read-only.
-pub(crate) fn map(file: &File) -> std::io::Result<Mapped> {
-    // SAFETY: `Mmap::map` is unsafe because another process could modify or
-    // truncate the file while it is mapped, changing bytes behind the
-    // `&[u8]` this map hands out (undefined behaviour for Rust; truncation
-    // raises SIGBUS on access). Tessera never writes through the map (it is
-    // read-only and its buffers are read-only), and `GgufFile::open` makes
-    // keeping the file unchanged while any `GgufFile`, buffer or tensor over
-    // it is alive the caller's documented responsibility — the same contract
-    // as llama.cpp's mmap loading.
+impl GgufFile {
+    /// Map `path` read-only and parse it: nothing is copied, and the tensors
+    /// bound from it ([`GgufFile::data_buffer`]) are views of the map.
+    ///
+    /// # Safety
+    ///
+    /// The file must not be modified or truncated, by this process or any
+    /// other, while the `GgufFile` or any buffer or tensor made from it is
+    /// alive: the map's bytes are read as immutable memory, so a change
+    /// behind them is undefined behaviour (and truncation makes the OS
+    /// signal the reading process). Tessera itself never writes through the
+    /// map. This is the contract of every memory-mapped model loader
+    /// (llama.cpp's `mmap` loading included); where it cannot be kept, use
+    /// the safe [`GgufFile::open`], which reads the file into memory.
     #[allow(unsafe_code)]
-    let map = unsafe { memmap2::Mmap::map(file)? };
-    Ok(Mapped(map))
+    pub unsafe fn open_mapped(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| crate::file::io_error(path, e))?;
+        // SAFETY: `Mmap::map` is unsafe because the file could change while
+        // mapped; our caller promised it will not (this function's contract).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| crate::file::io_error(path, e))?;
+        Self::from_storage(Arc::new(Mapped(map)))
+    }
 }

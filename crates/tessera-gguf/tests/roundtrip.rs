@@ -151,14 +151,20 @@ fn unknown_tensor_type_is_listed_but_not_readable() {
 }
 
 #[test]
-fn open_maps_a_file_from_disk() {
+fn open_reads_and_open_mapped_maps_a_file_from_disk() {
     let dir = std::env::temp_dir().join(format!("tessera-gguf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sample.gguf");
     sample_writer().write_file(&path).unwrap();
     let f = GgufFile::open(&path).unwrap();
     check_sample(&f, 32);
+    // SAFETY: the test wrote the file and nothing changes it while mapped.
+    let m = unsafe { GgufFile::open_mapped(&path) }.unwrap();
+    check_sample(&m, 32);
     let missing = GgufFile::open(dir.join("missing.gguf")).unwrap_err();
+    assert!(missing.to_string().contains("missing.gguf"), "{missing}");
+    // SAFETY: the file does not exist; nothing is mapped.
+    let missing = unsafe { GgufFile::open_mapped(dir.join("missing.gguf")) }.unwrap_err();
     assert!(missing.to_string().contains("missing.gguf"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
