@@ -97,12 +97,15 @@ impl GgufFile {
         let len = usize::try_from(len)
             .map_err(|_| Error::Malformed(format!("{}: {len} bytes", path.display())))?;
         let mut bytes = Vec::new();
-        bytes.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
-            device: "host".into(),
-            requested: len,
-            detail: format!("reading {}: {e}", path.display()),
-        })?;
-        file.read_to_end(&mut bytes).map_err(|e| io_error(path, e))?;
+        bytes
+            .try_reserve_exact(len)
+            .map_err(|e| Error::OutOfMemory {
+                device: "host".into(),
+                requested: len,
+                detail: format!("reading {}: {e}", path.display()),
+            })?;
+        file.read_to_end(&mut bytes)
+            .map_err(|e| io_error(path, e))?;
         Self::from_bytes(bytes)
     }
 

@@ -41,8 +41,8 @@ impl GgufFile {
         let file = File::open(path).map_err(|e| crate::file::io_error(path, e))?;
         // SAFETY: `Mmap::map` is unsafe because the file could change while
         // mapped; our caller promised it will not (this function's contract).
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| crate::file::io_error(path, e))?;
+        let map =
+            unsafe { memmap2::Mmap::map(&file) }.map_err(|e| crate::file::io_error(path, e))?;
         Self::from_storage(Arc::new(Mapped(map)))
     }
 }
