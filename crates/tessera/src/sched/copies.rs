@@ -154,17 +154,11 @@ impl Copies {
         graph: &Graph,
         placement: &Placement,
     ) -> Option<usize> {
-        let mut inv = vec![None; rw.graph.len()];
-        for (i, n) in rw.map.iter().enumerate() {
-            if let Some(s) = inv.get_mut(n.index()) {
-                *s = Some(TensorId::from_index(i as u32));
-            }
-        }
         let inputs: Vec<(usize, TensorId)> = self
             .nodes
             .iter()
             .enumerate()
-            .filter_map(|(k, (id, _))| inv.get(id.index()).copied().flatten().map(|u| (k, u)))
+            .filter_map(|(k, (id, _))| rw.origin.get(id.index()).copied().flatten().map(|u| (k, u)))
             .collect();
         if inputs.is_empty() {
             return Some(0);

@@ -108,16 +108,10 @@ pub(super) fn to_dot(
     let mut s = String::from("digraph sched {\n  rankdir=TB;\n  node [style=filled, shape=box];\n");
     // The split each user node is computed in.
     let mut split_of = vec![None; graph.len()];
-    let mut inv = vec![None; rw.graph.len()];
-    for (i, n) in rw.map.iter().enumerate() {
-        if let Some(slot) = inv.get_mut(n.index()) {
-            *slot = Some(i);
-        }
-    }
     for (k, split) in rw.splits.iter().enumerate() {
         for n in split.nodes.clone() {
-            if let Some(Some(i)) = inv.get(n) {
-                split_of[*i] = Some(k);
+            if let Some(Some(i)) = rw.origin.get(n) {
+                split_of[i.index()] = Some(k);
             }
         }
     }

@@ -60,15 +60,6 @@ pub(super) fn run_splits(
     slot_events: &[Option<Arc<dyn Event>>],
     mut eval: Option<&mut EvalCallback>,
 ) -> Result<()> {
-    let orig: Option<Vec<Option<TensorId>>> = eval.as_ref().map(|_| {
-        let mut inv = vec![None; rw.graph.len()];
-        for (i, n) in rw.map.iter().enumerate() {
-            if let Some(slot) = inv.get_mut(n.index()) {
-                *slot = Some(TensorId::from_index(i as u32));
-            }
-        }
-        inv
-    });
     for (k, split) in rw.splits.iter().enumerate() {
         let stream = streams
             .get(split.device)
@@ -94,15 +85,15 @@ pub(super) fn run_splits(
                 )
             })?;
         }
-        match (eval.as_deref_mut(), orig.as_ref()) {
-            (Some(cb), Some(orig)) => {
+        match eval.as_deref_mut() {
+            Some(cb) => {
                 let mut start = split.nodes.start;
                 for n in split.nodes.clone() {
                     let node = &rw.graph.nodes()[n];
                     if node.op.is_leaf() || node.op.is_view() {
                         continue;
                     }
-                    let Some(id) = orig.get(n).copied().flatten() else {
+                    let Some(id) = rw.origin.get(n).copied().flatten() else {
                         continue;
                     };
                     if !(cb.want)(user_graph, id) {

@@ -70,6 +70,8 @@ pub(super) struct Rewrite {
     pub splits: Vec<Split>,
     /// Per rewritten tensor: the device (index) whose buffer type holds it.
     pub buffer_ids: Vec<usize>,
+    /// Per rewritten tensor: the user tensor it is (`None` for copies).
+    pub origin: Vec<Option<TensorId>>,
 }
 
 struct Ctx<'a> {
@@ -250,11 +252,18 @@ pub(super) fn split(
         .into_iter()
         .map(|m| m.ok_or_else(|| internal("unmapped tensor")))
         .collect::<Result<Vec<_>>>()?;
+    let mut origin = vec![None; out.len()];
+    for (i, n) in map.iter().enumerate() {
+        if let Some(slot) = origin.get_mut(n.index()) {
+            *slot = Some(TensorId::from_index(i as u32));
+        }
+    }
     Ok(Rewrite {
         graph: out,
         map,
         splits,
         buffer_ids,
+        origin,
     })
 }
 
