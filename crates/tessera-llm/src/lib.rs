@@ -1,0 +1,10 @@
+//! Language models on Tessera: the decoder graphs of llama.cpp's common
+//! architectures built from a GGUF file's metadata and tensors, the
+//! tokenizers of its vocabulary (matching llama.cpp id for id), sampling, and
+//! generation with a KV cache in device memory.
+//!
+//! No concrete device is known here: the caller hands in streams (and the
+//! scheduler splits the graph over them).
+#![forbid(unsafe_code)]
+
+pub mod tokenizer;
