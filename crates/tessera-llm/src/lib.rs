@@ -7,4 +7,12 @@
 //! scheduler splits the graph over them).
 #![forbid(unsafe_code)]
 
+pub mod decoder;
+pub mod kv_cache;
+pub mod params;
+pub mod session;
 pub mod tokenizer;
+pub mod weights;
+
+pub use params::{Arch, Params};
+pub use session::{Model, Session, SessionOptions};

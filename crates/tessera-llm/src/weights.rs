@@ -1,0 +1,136 @@
+//! A model's weights on its devices: each GGUF tensor bound where its layer
+//! runs. On a host buffer type the tensors are views of the file's bytes
+//! (zero copy: with [`GgufFile::open_mapped`](tessera_gguf::GgufFile) the
+//! memory map itself); on other devices they are uploaded once, into one
+//! weights buffer per device.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tessera::alloc::alloc_tensors;
+use tessera::{Buffer, BufferType, BufferUsage, Error, Layout, Result, Tensor};
+use tessera_gguf::GgufFile;
+
+/// Which buffer type holds each weight, by its GGUF name.
+pub trait WeightPlacement {
+    /// The buffer type for tensor `name` (`blk.N.*` belongs to layer N).
+    fn buffer_type(&self, name: &str) -> Arc<dyn BufferType>;
+}
+
+/// Every weight in one buffer type.
+impl WeightPlacement for Arc<dyn BufferType> {
+    fn buffer_type(&self, _name: &str) -> Arc<dyn BufferType> {
+        self.clone()
+    }
+}
+
+/// The layer of a `blk.N.*` tensor name.
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// Called while weights are uploaded: bytes done, bytes in all.
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
+
+/// The weights of a model, by GGUF name.
+#[derive(Debug)]
+pub struct Weights {
+    tensors: HashMap<String, Tensor>,
+    /// The buffers holding them (kept alive with the tensors).
+    buffers: Vec<Arc<dyn Buffer>>,
+}
+
+impl Weights {
+    /// Bind every tensor of `file` whose type Tessera knows, where `place`
+    /// says. Tensors of an unknown type are refused only when a model asks
+    /// for them ([`Weights::get`]).
+    pub fn load(
+        file: &GgufFile,
+        place: &dyn WeightPlacement,
+        progress: Progress,
+    ) -> Result<Weights> {
+        let mut tensors = HashMap::new();
+        let mut buffers = Vec::new();
+        // Group the tensors by buffer type (by name; the same type object
+        // comes back for the same device).
+        let mut groups: Vec<(Arc<dyn BufferType>, Vec<&tessera_gguf::TensorInfo>)> = Vec::new();
+        for info in file.tensors().iter().filter(|t| t.dtype.is_some()) {
+            let buft = place.buffer_type(&info.name);
+            match groups
+                .iter_mut()
+                .find(|(b, _)| Arc::ptr_eq(b, &buft) || b.name() == buft.name())
+            {
+                Some((_, list)) => list.push(info),
+                None => groups.push((buft, vec![info])),
+            }
+        }
+        let total: u64 = groups
+            .iter()
+            .filter(|(b, _)| !b.is_host())
+            .flat_map(|(_, l)| l.iter())
+            .map(|t| t.nbytes.unwrap_or(0) as u64)
+            .sum();
+        let mut done = 0u64;
+        for (buft, infos) in groups {
+            if buft.is_host() {
+                let data = file.data_buffer(buft);
+                for info in infos {
+                    tensors.insert(info.name.clone(), file.tensor_in(&data, &info.name)?);
+                }
+                buffers.push(data);
+                continue;
+            }
+            let layouts = infos
+                .iter()
+                .map(|t| Layout::contiguous(t.dtype()?, &t.ne))
+                .collect::<Result<Vec<_>>>()?;
+            let set = alloc_tensors(&buft, &layouts, BufferUsage::Weights)?;
+            for (info, t) in infos.iter().zip(&set.tensors) {
+                t.write(0, file.tensor_data(&info.name)?)?;
+                done += info.nbytes.unwrap_or(0) as u64;
+                progress(done, total);
+                tensors.insert(info.name.clone(), t.clone());
+            }
+            buffers.push(set.buffer);
+        }
+        Ok(Weights { tensors, buffers })
+    }
+
+    /// Tensor `name`, or an error naming it (and the type it has when
+    /// Tessera does not know that type).
+    pub fn get(&self, file: &GgufFile, name: &str) -> Result<&Tensor> {
+        match self.tensors.get(name) {
+            Some(t) => Ok(t),
+            None => match file.tensor_info(name) {
+                Ok(info) => Err(Error::unsupported(
+                    "tessera-llm",
+                    format!(
+                        "tensor '{name}' has type {}, which Tessera does not know",
+                        info.type_name()
+                    ),
+                )),
+                Err(_) => Err(Error::NotFound(format!(
+                    "tensor '{name}' (the model needs it)"
+                ))),
+            },
+        }
+    }
+
+    /// Tensor `name` if the file has it.
+    pub fn find(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
+    /// Bytes of weights per buffer type name (uploaded or mapped).
+    pub fn bytes_by_buffer_type(&self) -> Vec<(String, usize)> {
+        let mut out: Vec<(String, usize)> = Vec::new();
+        for b in &self.buffers {
+            let name = b.buffer_type().name().to_string();
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, s)) => *s += b.size(),
+                None => out.push((name, b.size())),
+            }
+        }
+        out
+    }
+}
