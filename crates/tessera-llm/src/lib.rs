@@ -8,11 +8,17 @@
 #![forbid(unsafe_code)]
 
 pub mod decoder;
+pub mod fetch;
+pub mod generate;
 pub mod kv_cache;
 pub mod params;
+pub mod sampling;
 pub mod session;
+pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
 
+pub use generate::{GenerationStats, generate};
 pub use params::{Arch, Params};
+pub use sampling::{Sampler, SamplingOptions};
 pub use session::{Model, Session, SessionOptions};
