@@ -45,6 +45,7 @@ int main(int argc, char ** argv) {
     cp.n_batch = cp.n_ctx;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
+    if (getenv("LLAMA_REF_NO_FA")) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     struct llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 1; }
     int n_vocab = llama_vocab_n_tokens(vocab);
