@@ -705,3 +705,54 @@ fn sched_debug_prints_the_plan() {
         assert_eq!(err.contains("best-inputs"), nodes, "level {level}: {err}");
     }
 }
+
+/// A view over memory the user bound (a KV cache written in place and read
+/// through a view) is placed by `alloc_graph` over the user's buffer; that
+/// place must not count as user memory, or every compute after it (and every
+/// step of a decode loop) plans again.
+#[test]
+fn views_over_user_memory_keep_the_plan() {
+    let cpu = cpu();
+    let mut g = Graph::new();
+    let cache = g.new_tensor(DType::F32, &[8, 4]).unwrap();
+    let x = g.input("x", DType::F32, &[8, 1]).unwrap();
+    let ids = g.input("ids", DType::I64, &[1]).unwrap();
+    let written = g.set_rows(cache, x, ids).unwrap();
+    let rows = g.view_2d(written, 8, 2, 8 * 4, 0).unwrap();
+    let out = g.sum_rows(rows).unwrap();
+    g.set_output(out).unwrap();
+    let set = alloc_tensors(
+        &cpu.buffer_type(),
+        &[g.node(cache).unwrap().layout],
+        BufferUsage::Any,
+    )
+    .unwrap();
+    set.tensors[0].write_f32(&[0.0; 32]).unwrap();
+    let mut sc = sched(&[cpu.clone()], SchedulerOptions::default());
+    let mut p = Placement::new(&g);
+    for step in 0..4i64 {
+        if step == 2 {
+            // A fresh placement with the same user memory, as a decode loop makes.
+            p = Placement::new(&g);
+        }
+        p.bind(&g, cache, &set.tensors[0]).unwrap();
+        sc.alloc_graph(&g, &mut p).unwrap();
+        p.tensor(&g, x)
+            .unwrap()
+            .write_f32(&[1.0 + step as f32; 8])
+            .unwrap();
+        p.tensor(&g, ids).unwrap().write_slice(&[step % 2]).unwrap();
+        sc.compute(&g, &p).unwrap();
+        let got = p.tensor(&g, out).unwrap().read_f32().unwrap();
+        // Rows 0 and 1 hold the last values written there.
+        let row = |r: i64| {
+            if r <= step {
+                (1 + r + 2 * ((step - r) / 2)) as f32 * 8.0
+            } else {
+                0.0
+            }
+        };
+        assert_eq!(got, vec![row(0), row(1)], "step {step}");
+        assert_eq!(sc.plan_count(), 1, "step {step}: planned again");
+    }
+}

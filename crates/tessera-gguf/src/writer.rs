@@ -73,6 +73,17 @@ impl GgufWriter {
         self
     }
 
+    /// Set a metadata entry: replace the value of `key` if it is there,
+    /// else add it.
+    pub fn set(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
+        let value = value.into();
+        match self.kvs.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.kvs.push((key.to_string(), value)),
+        }
+        self
+    }
+
     /// Add a tensor of a type Tessera knows; `data` must hold exactly its
     /// bytes.
     pub fn add_tensor(

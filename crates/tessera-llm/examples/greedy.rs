@@ -16,15 +16,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     tessera_cpu::register();
     let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu")?;
-    let stream = cpu.new_stream(&StreamOptions::new())?;
+    let mut streams = vec![cpu.new_stream(&StreamOptions::new())?];
     let file = tessera_gguf::GgufFile::open(path)?;
-    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let mut buft: Arc<dyn BufferType> = cpu.buffer_type();
+    // DEVICE=wgpu0: every weight there, the CPU as the fallback.
+    if let Ok(name) = std::env::var("DEVICE") {
+        tessera_wgpu::register();
+        let dev = Registry::global().device_by_name(&name)?;
+        buft = dev.buffer_type();
+        streams.insert(0, dev.new_stream(&StreamOptions::new())?);
+    }
     let model = Arc::new(Model::load(file, &buft, &mut |_, _| {})?);
     let opts = SessionOptions {
         n_ctx: prompt.len() + n,
         ..SessionOptions::default()
     };
-    let mut s = Session::new(model, vec![stream], opts)?;
+    let mut s = Session::new(model, streams, opts)?;
     let t0 = std::time::Instant::now();
     let mut logits = s.decode(&prompt)?;
     eprintln!("prompt: {:?}", t0.elapsed());

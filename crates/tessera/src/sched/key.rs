@@ -100,7 +100,7 @@ impl GraphKey {
     pub(super) fn of(
         graph: &Graph,
         placement: &Placement,
-        is_user: impl Fn(&Place) -> bool,
+        is_user: impl Fn(crate::TensorId, &Place) -> bool,
         pins: &[(usize, usize)],
     ) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -115,7 +115,10 @@ impl GraphKey {
             sig.view_src.hash(&mut h);
             sig.view_offs.hash(&mut h);
             nodes.push(sig);
-            let p = placement.get(id).filter(|p| is_user(p)).map(PlacedSig::of);
+            let p = placement
+                .get(id)
+                .filter(|p| is_user(id, p))
+                .map(PlacedSig::of);
             p.as_ref().map(|p| (p.buft, p.usage, p.host)).hash(&mut h);
             placed.push(p);
         }
@@ -134,7 +137,7 @@ impl GraphKey {
         &self,
         graph: &Graph,
         placement: &Placement,
-        is_user: impl Fn(&Place) -> bool,
+        is_user: impl Fn(crate::TensorId, &Place) -> bool,
         pins: &[(usize, usize)],
     ) -> bool {
         if self.nodes.len() != graph.len() || self.pins != pins {
@@ -145,9 +148,8 @@ impl GraphKey {
             if !sig.matches(&nodes[i]) {
                 return false;
             }
-            let p = placement
-                .get(crate::TensorId::from_index(i as u32))
-                .filter(|p| is_user(p));
+            let id = crate::TensorId::from_index(i as u32);
+            let p = placement.get(id).filter(|p| is_user(id, p));
             match (placed, p) {
                 (None, None) => {}
                 (Some(s), Some(p)) if s.matches(p) => {}

@@ -492,8 +492,12 @@ impl Scheduler {
     /// Does the current plan fit `graph` with the user memory of `placement`?
     fn plan_matches(&self, graph: &Graph, placement: &Placement) -> bool {
         self.plan.as_ref().is_some_and(|p| {
-            p.key
-                .matches(graph, placement, |pl| !self.is_ours(&pl.buffer), &self.pins)
+            p.key.matches(
+                graph,
+                placement,
+                |id, pl| !self.is_ours(&pl.buffer) && !is_view(graph, id),
+                &self.pins,
+            )
         })
     }
 
@@ -503,7 +507,7 @@ impl Scheduler {
             && graph.ids().all(|id| {
                 let user = placement
                     .get(id)
-                    .filter(|p| !self.is_ours(&p.buffer))
+                    .filter(|p| !self.is_ours(&p.buffer) && !is_view(graph, id))
                     .map(place_key);
                 user == self.last_user[id.index()]
             })
@@ -529,8 +533,11 @@ impl Scheduler {
     fn user_placement(&self, graph: &Graph, placement: &Placement) -> Result<Placement> {
         let mut user = Placement::new(graph);
         for id in graph.ids() {
+            // A view's memory is its source's: a view placed over user memory
+            // (by an earlier `alloc_graph`) is not memory the user provided.
             if let Some(p) = placement.get(id)
                 && !self.is_ours(&p.buffer)
+                && !is_view(graph, id)
             {
                 user.set(graph, id, p.clone())?;
             }
@@ -546,7 +553,7 @@ impl Scheduler {
         self.plan = None;
         self.placed = None;
         let user = self.user_placement(graph, placement)?;
-        let key = GraphKey::of(graph, &user, |_| true, &self.pins);
+        let key = GraphKey::of(graph, &user, |_, _| true, &self.pins);
         let devs: Vec<Dev<'_>> = self
             .devices
             .iter()
@@ -625,4 +632,9 @@ fn map_placement(rw: &Rewrite, graph: &Graph, user: &Placement) -> Result<Placem
 
 fn internal(what: &str) -> Error {
     Error::device("scheduler", format!("internal error: {what}"))
+}
+
+/// Is `id` a view (its memory is its source's)?
+fn is_view(graph: &Graph, id: crate::TensorId) -> bool {
+    graph.nodes()[id.index()].view_src.is_some()
 }

@@ -1,0 +1,128 @@
+//! Sessions on a synthetic model: graph and plan reuse while decoding,
+//! batching that does not change results, and the errors a user can cause.
+
+use std::sync::Arc;
+
+use tessera::{BufferType, DType, Device, Error, Registry, StreamOptions};
+use tessera_gguf::{GgufFile, GgufWriter, Value, ValueType};
+use tessera_llm::synthetic::{SyntheticSpec, write};
+use tessera_llm::{Arch, Model, Session, SessionOptions};
+
+/// A vocabulary file of 300 made-up tokens (enough for a model).
+fn vocab() -> GgufFile {
+    let mut w = GgufWriter::new();
+    w.add("tokenizer.ggml.model", "llama");
+    let toks: Vec<Value> = (0..300).map(|i| Value::String(format!("t{i}"))).collect();
+    w.add(
+        "tokenizer.ggml.tokens",
+        Value::Array(ValueType::String, toks),
+    );
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
+    tessera_cpu::register();
+    let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
+    let bytes = write(&SyntheticSpec::small(arch, DType::F32), &vocab())
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let model = Model::load(GgufFile::from_bytes(bytes).unwrap(), &buft, &mut |_, _| {}).unwrap();
+    let stream = cpu.new_stream(&StreamOptions::new().threads(2)).unwrap();
+    let opts = SessionOptions {
+        n_ctx,
+        n_batch,
+        ..SessionOptions::default()
+    };
+    Session::new(Arc::new(model), vec![stream], opts).unwrap()
+}
+
+#[test]
+fn decoding_reuses_the_plan() {
+    let mut s = session(Arch::Llama, 64, 512);
+    s.decode(&[1, 2, 3, 4]).unwrap();
+    let after_prompt = s.scheduler().plan_count();
+    s.decode(&[5]).unwrap();
+    let after_first = s.scheduler().plan_count();
+    for t in 6..20 {
+        s.decode(&[t]).unwrap();
+    }
+    assert_eq!(after_prompt, 1);
+    assert_eq!(after_first, 2, "the decoding graph is a new structure once");
+    assert_eq!(
+        s.scheduler().plan_count(),
+        2,
+        "and then reused for every token"
+    );
+}
+
+#[test]
+fn batching_does_not_change_logits() {
+    let prompt: Vec<u32> = (1..40).collect();
+    for arch in [Arch::Llama, Arch::Gemma3] {
+        let mut whole = session(arch, 64, 512);
+        let a = whole.decode_all(&prompt).unwrap();
+        let mut pieces = session(arch, 64, 7);
+        let b = pieces.decode_all(&prompt).unwrap();
+        assert_eq!(a.len(), b.len());
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-4 * scale, "{arch:?}: {x} vs {y}");
+        }
+        // The last token's logits are the same through `decode`.
+        let mut last = session(arch, 64, 512);
+        let l = last.decode(&prompt).unwrap();
+        let n = l.len();
+        for (x, y) in l.iter().zip(&a[a.len() - n..]) {
+            assert!((x - y).abs() <= 1e-4 * scale);
+        }
+    }
+}
+
+#[test]
+fn user_errors_are_errors() {
+    let mut s = session(Arch::Qwen3, 32, 512);
+    // A token outside the vocabulary.
+    assert!(matches!(s.decode(&[300]), Err(Error::OutOfBounds(_))));
+    // Longer than the context.
+    let long: Vec<u32> = (0..33).collect();
+    assert!(matches!(s.decode(&long), Err(Error::OutOfBounds(_))));
+    assert!(s.decode(&[]).is_err());
+    // Nothing was consumed by the failures.
+    assert_eq!(s.n_past(), 0);
+    s.decode(&(0..32).collect::<Vec<_>>()).unwrap();
+    assert!(matches!(s.decode(&[1]), Err(Error::OutOfBounds(_))));
+}
+
+#[test]
+fn bad_files_are_errors_naming_what() {
+    tessera_cpu::register();
+    let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
+    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let load = |w: GgufWriter| {
+        Model::load(
+            GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap(),
+            &buft,
+            &mut |_, _| {},
+        )
+    };
+    // Unknown architecture.
+    let mut w = write(&SyntheticSpec::small(Arch::Llama, DType::F32), &vocab()).unwrap();
+    w.set("general.architecture", "mamba");
+    let e = load(w).unwrap_err().to_string();
+    assert!(
+        e.contains("general.architecture") || e.contains("mamba"),
+        "{e}"
+    );
+    // A missing tensor: a model whose metadata says 3 layers, tensors for 2.
+    let mut w = write(&SyntheticSpec::small(Arch::Llama, DType::F32), &vocab()).unwrap();
+    w.set("llama.block_count", 3u32);
+    let e = load(w).unwrap_err().to_string();
+    assert!(e.contains("blk.2."), "{e}");
+    // A wrong shape: heads that do not fit the tensors.
+    let mut w = write(&SyntheticSpec::small(Arch::Llama, DType::F32), &vocab()).unwrap();
+    w.set("llama.attention.head_count", 8u32);
+    let e = load(w).unwrap_err().to_string();
+    assert!(e.contains("attn_q") && e.contains("shape"), "{e}");
+}
