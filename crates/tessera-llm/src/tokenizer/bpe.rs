@@ -1,0 +1,125 @@
+//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), llama.cpp's
+//! `llm_tokenizer_bpe`: pre-tokenize into words, write each word's bytes as
+//! GPT-2's byte characters, then apply the lowest-ranked merge of adjacent
+//! pieces until none applies.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::{Vocab, pretok};
+
+#[derive(Clone, Copy, Debug)]
+struct Sym {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Bigram {
+    left: usize,
+    right: usize,
+    text: String,
+    rank: u32,
+}
+
+impl Ord for Bigram {
+    // lowest rank first, then the leftmost (BinaryHeap pops the greatest)
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.rank.cmp(&self.rank).then_with(|| o.left.cmp(&self.left))
+    }
+}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl PartialEq for Bigram {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+
+/// Append the tokens of `text` to `out`.
+pub(super) fn tokenize(vocab: &Vocab, steps: &[pretok::Step], text: &str, out: &mut Vec<u32>) {
+    for word in pretok::split(text, steps) {
+        let word: String = word
+            .bytes()
+            .map(|b| vocab.byte_chars[usize::from(b)])
+            .collect();
+        tokenize_word(vocab, &word, out);
+    }
+}
+
+fn tokenize_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
+    if vocab.ignore_merges
+        && let Some(id) = vocab.text_to_token(word)
+    {
+        out.push(id);
+        return;
+    }
+    let mut syms: Vec<Sym> = Vec::new();
+    for (i, (start, c)) in word.char_indices().enumerate() {
+        let len = c.len_utf8();
+        syms.push(Sym {
+            start,
+            len,
+            prev: i.checked_sub(1),
+            next: (start + len < word.len()).then_some(i + 1),
+        });
+    }
+    let piece = |s: &Sym| word.get(s.start..s.start + s.len).unwrap_or("");
+    let mut queue = BinaryHeap::new();
+    let add = |syms: &[Sym], queue: &mut BinaryHeap<Bigram>, l: Option<usize>, r: Option<usize>| {
+        let (Some(l), Some(r)) = (l, r) else {
+            return;
+        };
+        let (a, b) = (piece(&syms[l]), piece(&syms[r]));
+        if let Some(rank) = vocab.bpe_rank(a, b) {
+            queue.push(Bigram {
+                left: l,
+                right: r,
+                text: format!("{a}{b}"),
+                rank,
+            });
+        }
+    };
+    for i in 1..syms.len() {
+        add(&syms, &mut queue, Some(i - 1), Some(i));
+    }
+    while let Some(b) = queue.pop() {
+        let (l, r) = (syms[b.left], syms[b.right]);
+        if l.len == 0 || r.len == 0 {
+            continue;
+        }
+        let (pl, pr) = (piece(&l), piece(&r));
+        if pl.len() + pr.len() != b.text.len() || !b.text.starts_with(pl) || !b.text.ends_with(pr) {
+            continue; // outdated
+        }
+        syms[b.left].len += r.len;
+        syms[b.right].len = 0;
+        syms[b.left].next = r.next;
+        if let Some(n) = r.next {
+            syms[n].prev = Some(b.left);
+        }
+        let (prev, next) = (syms[b.left].prev, syms[b.left].next);
+        add(&syms, &mut queue, prev, Some(b.left));
+        add(&syms, &mut queue, Some(b.left), next);
+    }
+    for s in syms.iter().filter(|s| s.len > 0) {
+        let text = piece(s);
+        match vocab.text_to_token(text) {
+            Some(id) => out.push(id),
+            None => {
+                // llama.cpp looks each byte up as a one-byte token
+                for c in text.chars().filter(char::is_ascii) {
+                    if let Some(id) = vocab.text_to_token(c.encode_utf8(&mut [0; 4])) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+    }
+}
