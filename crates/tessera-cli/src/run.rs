@@ -1,0 +1,149 @@
+//! `tessera run`: continue a prompt with a GGUF model (the default one when
+//! none is given). Output contract, as llama.cpp's tools: stdout gets the
+//! prompt and then the generated text, exactly those bytes, streamed;
+//! statistics, progress and logs go to stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use tessera::{DType, Result};
+use tessera_llm::tokenizer::{Detokenizer, Vocab};
+use tessera_llm::{Sampler, SamplingOptions, Session, SessionOptions, generate};
+
+use crate::llm::{self, ModelArgs};
+
+/// Arguments of `tessera run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long, default_value = "The capital of France is")]
+    pub prompt: String,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 64)]
+    pub n_predict: usize,
+    /// Temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalty looks back at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Context size (default: the prompt and the generation, rounded up to 256).
+    #[arg(short = 'c', long)]
+    pub ctx: Option<usize>,
+    /// KV cache type: f16 or f32.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: String,
+}
+
+/// Run `tessera run`.
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let (model, devs, split) = llm::load(&args.model)?;
+    let vocab = Vocab::from_gguf(model.file())?;
+    let prompt = vocab.tokenize(&args.prompt, true, true);
+    let n_ctx = match args.ctx {
+        Some(c) => c,
+        None => (prompt.len() + args.n_predict).next_multiple_of(256),
+    };
+    let options = SessionOptions {
+        n_ctx,
+        kv_type: DType::from_name(&args.kv_type)?,
+        ..SessionOptions::default()
+    };
+    let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
+    let mut sampler = Sampler::new(SamplingOptions {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+        seed: args.seed,
+    })?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(args.prompt.as_bytes())?;
+    out.flush()?;
+    let mut detok = Detokenizer::new(&vocab, false);
+    let stats = generate(
+        &mut session,
+        &mut sampler,
+        &prompt,
+        args.n_predict,
+        &|t| vocab.is_eog(t),
+        &mut |t| {
+            let text = detok.push(t);
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+            Ok(true)
+        },
+    )?;
+    out.write_all(detok.finish().as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    drop(out);
+
+    let p = model.params();
+    eprintln!();
+    eprintln!(
+        "model: {} ({}, {} layers), context {} (KV cache {} MiB, {})",
+        args.model
+            .model
+            .as_ref()
+            .map_or("gemma-3-270m-q4_k_m.gguf (default)".to_string(), |m| m
+                .display()
+                .to_string()),
+        p.arch.name(),
+        p.n_layer,
+        n_ctx,
+        session.cache().bytes() >> 20,
+        options.kv_type
+    );
+    let names: Vec<&str> = devs.devices.iter().map(|d| d.name()).collect();
+    let gpu_layers = split.gpu_layers(p.n_layer);
+    eprint!("devices: {}", names.join(" + "));
+    if names.len() > 1 {
+        eprint!(" ({gpu_layers} of {} layers on {})", p.n_layer, names[0]);
+    }
+    eprintln!();
+    for (buft, bytes) in model.weights().bytes_by_buffer_type() {
+        eprintln!("weights: {} MiB in {buft}", bytes >> 20);
+    }
+    for (i, d) in devs.devices.iter().enumerate() {
+        if let Ok(b) = session.scheduler().buffer_size(i) {
+            eprintln!("compute buffer: {} MiB on {}", b >> 20, d.name());
+        }
+    }
+    eprintln!(
+        "prompt: {} tokens in {:.3} s ({:.1} tokens/s)",
+        stats.prompt_tokens,
+        stats.prompt_time.as_secs_f64(),
+        stats.prompt_speed()
+    );
+    eprintln!(
+        "generation: {} tokens in {:.3} s ({:.1} tokens/s)",
+        stats.generated,
+        stats.generation_time.as_secs_f64(),
+        stats.generation_speed()
+    );
+    if let Some(rss) = llm::peak_rss() {
+        eprintln!("peak memory: {} MiB resident", rss >> 20);
+    }
+    Ok(ExitCode::SUCCESS)
+}
