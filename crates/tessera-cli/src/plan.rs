@@ -1,8 +1,10 @@
 //! `tessera plan`: how the scheduler splits a graph over devices.
 //!
-//! The graph is a stack of transformer blocks (`tessera_testkit::block`,
-//! the models come with the model runner) with its weights in the first
-//! device's memory. The devices are the ones named by `--devices` (default:
+//! With `--model F.gguf` the graph is that model's decoder for a batch of
+//! `--tokens` (weights placed as `tessera run` places them: `--devices`,
+//! `--ngl`). Otherwise it is a stack of transformer blocks
+//! (`tessera_testkit::block`) with its weights in the first device's
+//! memory. The devices are the ones named by `--devices` (default:
 //! every GPU the registry finds, then the CPU). `--refuse OP,...` presents
 //! the first device through a decorator that refuses those ops (to see
 //! splits on a machine without a GPU), `--pin OP=DEVICE` pins every node of
@@ -25,6 +27,12 @@ use tessera_testkit::decorate::Refusing;
 /// Arguments of `tessera plan`.
 #[derive(Args, Debug)]
 pub struct PlanArgs {
+    /// A GGUF model: plan its decoder graph (default: a block stack).
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// With `--model`: layers on the first non-CPU device (default: all).
+    #[arg(long)]
+    pub ngl: Option<usize>,
     /// Devices in priority order, comma-separated (the last is the
     /// fallback); default: every GPU, then the CPU.
     #[arg(long, value_delimiter = ',')]
@@ -86,6 +94,9 @@ fn devices(names: &[String]) -> Result<Vec<Arc<dyn Device>>> {
 
 /// `tessera plan`.
 pub fn run(args: &PlanArgs) -> Result<ExitCode> {
+    if let Some(model) = &args.model {
+        return run_model(args, model);
+    }
     let mut devs = devices(&args.devices)?;
     if !args.refuse.is_empty() {
         let refused: Vec<String> = args.refuse.iter().map(|s| s.to_uppercase()).collect();
@@ -171,11 +182,56 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode> {
         Some(path) => std::fs::write(path, sc.to_dot(g))?,
         None => {}
     }
-    // A closed pipe (`| head`) ends the output quietly, not with a panic.
+    print_quietly(&text)
+}
+
+/// Print, ending quietly on a closed pipe (`| head`), not with a panic.
+fn print_quietly(text: &str) -> Result<ExitCode> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
         _ => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `plan --model`: the model's decoder graph for a batch of `--tokens`.
+fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
+    let margs = crate::llm::ModelArgs {
+        model: Some(model.to_path_buf()),
+        device: args.devices.clone(),
+        ngl: args.ngl,
+        threads: None,
+    };
+    let (model, devs, _) = crate::llm::load(&margs)?;
+    let mut session = tessera_llm::Session::new(
+        model.clone(),
+        devs.streams.clone(),
+        tessera_llm::SessionOptions {
+            n_ctx: args.tokens.max(1),
+            ..Default::default()
+        },
+    )?;
+    let (sc, dg) = session.plan(args.tokens)?;
+    let g = &dg.graph;
+    let mut text = String::new();
+    if args.dot.as_deref() != Some("-") {
+        text.push_str(&sc.describe(g, args.nodes));
+        for (buft, bytes) in model.weights().bytes_by_buffer_type() {
+            text.push_str(&format!("weights: {bytes} bytes in {buft}\n"));
+        }
+        for (i, d) in devs.devices.iter().enumerate() {
+            text.push_str(&format!(
+                "compute buffer on {}: {} bytes\n",
+                d.name(),
+                sc.buffer_size(i)?
+            ));
+        }
+    }
+    match args.dot.as_deref() {
+        Some("-") => text.push_str(&sc.to_dot(g)),
+        Some(path) => std::fs::write(path, sc.to_dot(g))?,
+        None => {}
+    }
+    print_quietly(&text)
 }

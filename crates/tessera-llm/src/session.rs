@@ -214,18 +214,7 @@ impl Session {
             n_kv,
             all_logits,
         };
-        let gi = match self.graphs.iter().position(|g| g.shape == shape) {
-            Some(i) => i,
-            None => {
-                let m = &self.model;
-                let g = decoder::build(m.params(), m.file(), m.weights(), &self.cache, shape)?;
-                if self.graphs.len() == GRAPH_CACHE {
-                    self.graphs.remove(0);
-                }
-                self.graphs.push(g);
-                self.graphs.len() - 1
-            }
-        };
+        let gi = self.graph_for(shape)?;
         let dg = &self.graphs[gi];
         let g = &dg.graph;
         let mut placement = dg.placement()?;
@@ -253,6 +242,45 @@ impl Session {
         let logits = placement.tensor(g, dg.logits)?.read_f32()?;
         self.n_past = end;
         Ok(logits)
+    }
+}
+
+impl Session {
+    /// The index of the graph for `shape` in the graph cache, built if needed.
+    fn graph_for(&mut self, shape: Shape) -> Result<usize> {
+        if let Some(i) = self.graphs.iter().position(|g| g.shape == shape) {
+            return Ok(i);
+        }
+        let m = &self.model;
+        let g = decoder::build(m.params(), m.file(), m.weights(), &self.cache, shape)?;
+        if self.graphs.len() == GRAPH_CACHE {
+            self.graphs.remove(0);
+        }
+        self.graphs.push(g);
+        Ok(self.graphs.len() - 1)
+    }
+
+    /// Plan, without computing, the graph of a batch of `n_tokens` from
+    /// position 0 (only the last token's logits), and return it with the
+    /// scheduler, to describe the plan ([`Scheduler::describe`],
+    /// [`Scheduler::to_dot`], [`Scheduler::buffer_size`]).
+    pub fn plan(&mut self, n_tokens: usize) -> Result<(&Scheduler, &DecoderGraph)> {
+        if n_tokens == 0 || n_tokens > self.cache.n_slots() {
+            return Err(Error::OutOfBounds(format!(
+                "a batch of {n_tokens} tokens in a context of {} positions",
+                self.cache.n_slots()
+            )));
+        }
+        let shape = Shape {
+            n_tokens,
+            n_kv: n_tokens.next_multiple_of(KV_PAD).min(self.cache.n_slots()),
+            all_logits: false,
+        };
+        let gi = self.graph_for(shape)?;
+        let dg = &self.graphs[gi];
+        let mut placement = dg.placement()?;
+        self.sched.alloc_graph(&dg.graph, &mut placement)?;
+        Ok((&self.sched, dg))
     }
 }
 
