@@ -261,3 +261,29 @@ fn detokenizer_holds_back_partial_utf8() {
     let mut d = Detokenizer::new(&v, true);
     assert_eq!(d.push(1), "<s>");
 }
+
+#[test]
+fn detokenize_like_llama() {
+    let v = load(&writer(&spm_tokens())).unwrap();
+    // the prefixed space goes, unless a BOS was removed before it
+    assert_eq!(v.detokenize(&[13, 13], false, false), b"hello hello");
+    assert_eq!(v.detokenize(&[1, 13, 2], true, false), b" hello");
+    assert_eq!(v.detokenize(&[1, 13, 2], false, true), b"<s> hello</s>");
+    // BPE with clean_spaces: " !" loses its space
+    let toks = ["Ġ", "!", "a", "'", "s", "Ġ'"];
+    let w = Kvs(Vec::new())
+        .set("tokenizer.ggml.model", "gpt2")
+        .set("tokenizer.ggml.pre", "gpt-2")
+        .set(
+            "tokenizer.ggml.tokens",
+            Value::array(ValueType::String, toks),
+        )
+        .set(
+            "tokenizer.ggml.merges",
+            Value::array(ValueType::String, ["Ġ '"]),
+        );
+    let v = load(&w).unwrap();
+    assert_eq!(v.detokenize(&[2, 0, 1], false, false), b"a!");
+    assert_eq!(v.detokenize(&[2, 5, 4], false, false), b"a's");
+    assert_eq!(v.detokenize(&[2, 5, 0, 2], false, false), b"a'a");
+}

@@ -383,6 +383,7 @@ impl Vocab {
             add_eos: v.add_eos,
             add_space_prefix: v.add_space_prefix,
             ignore_merges: v.ignore_merges,
+            clean_spaces: v.clean_spaces,
             eog,
             special,
         })
@@ -440,6 +441,8 @@ struct Defaults {
     add_eos: bool,
     add_space_prefix: bool,
     ignore_merges: bool,
+    /// Detokenization drops spaces before punctuation and contractions.
+    clean_spaces: bool,
     /// BOS only from the key (ChatGLM, GLM-4).
     no_bos: bool,
 }
@@ -454,6 +457,7 @@ impl Defaults {
             add_eos: false,
             add_space_prefix: true,
             ignore_merges: false,
+            clean_spaces: false,
             no_bos: false,
         }
     }
@@ -478,6 +482,21 @@ impl Defaults {
             add_eos: false,
             add_space_prefix: false,
             ignore_merges: llama3 || matches!(pre, "glm4" | "glm5"),
+            clean_spaces: !matches!(
+                pre,
+                "command-r"
+                    | "qwen2"
+                    | "deepseek-r1-qwen"
+                    | "kormo"
+                    | "f2llmv2"
+                    | "qwen35"
+                    | "smollm"
+                    | "trillion"
+                    | "granite-docling"
+                    | "hunyuan"
+                    | "grok-2"
+                    | "solar-open"
+            ),
             no_bos: matches!(pre, "chatglm-bpe" | "glm4" | "glm5"),
         }
     }

@@ -90,6 +90,7 @@ pub struct Vocab {
     add_eos: bool,
     add_space_prefix: bool,
     ignore_merges: bool,
+    clean_spaces: bool,
     eog: HashSet<u32>,
     /// Control, user-defined and unknown tokens, longest text first.
     special: Vec<u32>,
