@@ -85,3 +85,8 @@ fn refact() {
 fn starcoder() {
     check("starcoder");
 }
+
+#[test]
+fn gemma_4() {
+    check("gemma-4");
+}

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use tessera::{Error, Result};
 use tessera_gguf::{GgufFile, Value};
 
-use super::{Kind, Token, TokenAttr, Vocab, pretok, unicode};
+use super::{Bpe, Kind, Token, TokenAttr, Vocab, pretok, unicode};
 
 const TOKENS: &str = "tokenizer.ggml.tokens";
 const SCORES: &str = "tokenizer.ggml.scores";
@@ -191,20 +191,32 @@ impl Vocab {
             }
         }
 
+        // Gemma 4 files name their own model; llama.cpp then forces the pre-tokenizer
+        let pre = if model == "gemma4" { "gemma4" } else { pre };
         let (kind, mut v) = match model {
             "llama" => (Kind::Spm, Defaults::spm()),
-            "gpt2" => {
+            "gpt2" | "gemma4" => {
                 let steps = pretok::steps(pre).ok_or_else(|| Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
                     what: format!("pre-tokenizer 'tokenizer.ggml.pre' = '{pre}'"),
                 })?;
-                (Kind::Bpe(steps), Defaults::bpe(pre))
+                let gemma4 = matches!(pre, "gemma4" | "granite-embed-multi-311m");
+                let bpe = Bpe {
+                    steps,
+                    raw: gemma4 || pre == "sarvam-moe",
+                    newline_words: gemma4,
+                };
+                let mut d = Defaults::bpe(pre);
+                if model == "gemma4" {
+                    (d.bos, d.eos) = (None, None);
+                }
+                (Kind::Bpe(bpe), d)
             }
             other => {
                 return Err(Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
                     what: format!(
-                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2)"
+                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2, gemma4)"
                     ),
                 });
             }
@@ -298,6 +310,9 @@ impl Vocab {
         }
         if let Some(b) = opt::<bool>(f, "tokenizer.ggml.add_eos_token")? {
             v.add_eos = b;
+        }
+        if matches!(pre, "gemma4" | "granite-embed-multi-311m") {
+            v.add_bos = true; // llama.cpp's Gemma 4 workaround
         }
 
         // auto-detected by text (lowest id first); they become control tokens
@@ -500,6 +515,7 @@ impl Defaults {
                     | "hunyuan"
                     | "grok-2"
                     | "solar-open"
+                    | "sarvam-moe"
             ),
             no_bos: matches!(pre, "chatglm-bpe" | "glm4" | "glm5"),
         }

@@ -63,8 +63,21 @@ impl std::ops::BitOr for TokenAttr {
 enum Kind {
     /// SentencePiece-style merges by score (`llama`).
     Spm,
-    /// Byte-level BPE by merge rank (`gpt2`) with these pre-tokenizer steps.
-    Bpe(&'static [pretok::Step]),
+    /// BPE by merge rank (`gpt2`, `gemma4`).
+    Bpe(Bpe),
+}
+
+/// How a BPE vocabulary sees text.
+#[derive(Clone, Copy, Debug)]
+struct Bpe {
+    /// Pre-tokenizer steps.
+    steps: &'static [pretok::Step],
+    /// SentencePiece-style BPE (Gemma 4): no GPT-2 byte characters, spaces
+    /// written `▁`, `<0xXX>` byte tokens.
+    raw: bool,
+    /// A word of newlines only is one token when the vocabulary has it
+    /// (Gemma 4).
+    newline_words: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -210,11 +223,17 @@ impl Vocab {
                     }
                 }
             }
-            Kind::Bpe(steps) => {
+            Kind::Bpe(bpe) => {
                 for f in frags {
                     match f {
                         Frag::Text(a, b) => {
-                            bpe::tokenize(self, steps, text.get(a..b).unwrap_or(""), &mut out)
+                            let t = text.get(a..b).unwrap_or("");
+                            if bpe.raw {
+                                let t = t.replace(' ', "\u{2581}");
+                                bpe::tokenize(self, bpe, &t, &mut out)
+                            } else {
+                                bpe::tokenize(self, bpe, t, &mut out)
+                            }
                         }
                         Frag::Token(id) => out.push(id),
                     }
@@ -302,6 +321,7 @@ impl Vocab {
         if attr.any(TokenAttr::NORMAL) {
             return match self.kind {
                 Kind::Spm => tok.text.replace('\u{2581}', " ").into_bytes(),
+                Kind::Bpe(b) if b.raw => tok.text.replace('\u{2581}', " ").into_bytes(),
                 Kind::Bpe(_) => decode_bpe_text(&tok.text),
             };
         }

@@ -26,6 +26,8 @@ pub(crate) enum Step {
     Number,
     /// `[0-9][0-9][0-9]`
     AsciiDigits3,
+    /// `[^\n]+|[\n]+`
+    Newlines,
 }
 
 /// The steps of the pre-tokenizer named `pre`, or `None` when unsupported.
@@ -62,6 +64,7 @@ pub(crate) fn steps(pre: &str) -> Option<&'static [Step]> {
         "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
         | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe"
         | "mpt" | "olmo" | "jais" | "exaone4" | "trillion" | "granite-docling" => GPT2,
+        "gemma4" | "granite-embed-multi-311m" | "sarvam-moe" => &[Newlines],
         _ => return None,
     })
 }
@@ -90,6 +93,7 @@ pub(crate) fn split(text: &str, steps: &[Step]) -> Vec<String> {
                 Step::NumberRun => runs(piece, |c| collapsed(c).number(), false, &mut out),
                 Step::Number => runs(piece, |c| collapsed(c).number(), true, &mut out),
                 Step::AsciiDigits3 => digits3(piece, &mut out),
+                Step::Newlines => newlines(piece, &mut out),
             }
             start += len;
         }
@@ -141,6 +145,19 @@ fn runs(piece: &[char], cls: impl Fn(char) -> bool, single: bool, out: &mut Vec<
     }
     if gap > 0 {
         out.push(gap);
+    }
+}
+
+/// Runs of newlines and runs of anything else.
+fn newlines(piece: &[char], out: &mut Vec<usize>) {
+    let mut i = 0;
+    while i < piece.len() {
+        let nl = piece[i] == '\n';
+        let start = i;
+        while i < piece.len() && (piece[i] == '\n') == nl {
+            i += 1;
+        }
+        out.push(i - start);
     }
 }
 
