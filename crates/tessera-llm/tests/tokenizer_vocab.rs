@@ -90,3 +90,13 @@ fn starcoder() {
 fn gemma_4() {
     check("gemma-4");
 }
+
+#[test]
+fn deepseek_coder() {
+    check("deepseek-coder");
+}
+
+#[test]
+fn deepseek_llm() {
+    check("deepseek-llm");
+}

@@ -516,6 +516,8 @@ impl Defaults {
                     | "grok-2"
                     | "solar-open"
                     | "sarvam-moe"
+                    | "deepseek-llm"
+                    | "deepseek-coder"
             ),
             no_bos: matches!(pre, "chatglm-bpe" | "glm4" | "glm5"),
         }

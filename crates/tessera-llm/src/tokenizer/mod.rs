@@ -5,9 +5,13 @@
 //! has the semantics of llama.cpp's `llama_tokenize` (BOS/EOS per the file's
 //! flags, special tokens in the text recognised on request, user-defined
 //! tokens always), [`Vocab::token_to_piece`] those of `llama_token_to_piece`,
-//! and [`Detokenizer`] streams ids back to text. Supported models:
-//! SentencePiece-style `llama` (llama.cpp's SPM) and byte-level BPE `gpt2`
-//! with the pre-tokenizers listed in `pretok`.
+//! and [`Detokenizer`] streams ids back to text ([`Vocab::detokenize`] is
+//! `llama_detokenize`). Supported `tokenizer.ggml.model`s: `llama`
+//! (SentencePiece-style, llama.cpp's SPM), `gpt2` (byte-level BPE) with the
+//! pre-tokenizers that llama.cpp maps to the default, GPT-2, Llama-3, Qwen2,
+//! Qwen3.5, Falcon, StarCoder-family, DeepSeek LLM/Coder and Gemma-4 splits
+//! (see `pretok::steps`), and `gemma4`. Others (WPM, UGM, RWKV...) are an
+//! `Unsupported` error.
 
 mod bpe;
 mod detok;
