@@ -148,6 +148,10 @@ fn validation_names_the_key() {
         "{e}"
     );
 
+    // padding (and separator, mask, FIM) out of range: dropped, as llama.cpp
+    let w = writer(&toks).set("tokenizer.ggml.padding_token_id", 18u32);
+    assert!(load(&w).is_ok());
+
     let w = writer(&toks).set("tokenizer.ggml.eos_token_id", "two");
     let e = err_text(load(&w));
     assert!(e.contains("tokenizer.ggml.eos_token_id"), "{e}");
@@ -260,4 +264,30 @@ fn detokenizer_holds_back_partial_utf8() {
     assert_eq!(d.push(1), "");
     let mut d = Detokenizer::new(&v, true);
     assert_eq!(d.push(1), "<s>");
+}
+
+#[test]
+fn detokenize_like_llama() {
+    let v = load(&writer(&spm_tokens())).unwrap();
+    // the prefixed space goes, unless a BOS was removed before it
+    assert_eq!(v.detokenize(&[13, 13], false, false), b"hello hello");
+    assert_eq!(v.detokenize(&[1, 13, 2], true, false), b" hello");
+    assert_eq!(v.detokenize(&[1, 13, 2], false, true), b"<s> hello</s>");
+    // BPE with clean_spaces: " !" loses its space
+    let toks = ["Ġ", "!", "a", "'", "s", "Ġ'"];
+    let w = Kvs(Vec::new())
+        .set("tokenizer.ggml.model", "gpt2")
+        .set("tokenizer.ggml.pre", "gpt-2")
+        .set(
+            "tokenizer.ggml.tokens",
+            Value::array(ValueType::String, toks),
+        )
+        .set(
+            "tokenizer.ggml.merges",
+            Value::array(ValueType::String, ["Ġ '"]),
+        );
+    let v = load(&w).unwrap();
+    assert_eq!(v.detokenize(&[2, 0, 1], false, false), b"a!");
+    assert_eq!(v.detokenize(&[2, 5, 4], false, false), b"a's");
+    assert_eq!(v.detokenize(&[2, 5, 0, 2], false, false), b"a'a");
 }

@@ -85,3 +85,18 @@ fn refact() {
 fn starcoder() {
     check("starcoder");
 }
+
+#[test]
+fn gemma_4() {
+    check("gemma-4");
+}
+
+#[test]
+fn deepseek_coder() {
+    check("deepseek-coder");
+}
+
+#[test]
+fn deepseek_llm() {
+    check("deepseek-llm");
+}

@@ -1,12 +1,13 @@
-//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), llama.cpp's
+//! BPE (`tokenizer.ggml.model = "gpt2"` or `"gemma4"`), llama.cpp's
 //! `llm_tokenizer_bpe`: pre-tokenize into words, write each word's bytes as
-//! GPT-2's byte characters, then apply the lowest-ranked merge of adjacent
-//! pieces until none applies.
+//! GPT-2's byte characters (not for Gemma 4, whose text is UTF-8 with `▁`
+//! for spaces), then apply the lowest-ranked merge of adjacent pieces until
+//! none applies; a piece with no token goes out as byte tokens.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use super::{Vocab, pretok};
+use super::{Bpe, Vocab, pretok};
 
 #[derive(Clone, Copy, Debug)]
 struct Sym {
@@ -43,20 +44,23 @@ impl PartialEq for Bigram {
 impl Eq for Bigram {}
 
 /// Append the tokens of `text` to `out`.
-pub(super) fn tokenize(vocab: &Vocab, steps: &[pretok::Step], text: &str, out: &mut Vec<u32>) {
-    for word in pretok::split(text, steps) {
-        let word: String = word
-            .bytes()
-            .map(|b| vocab.byte_chars[usize::from(b)])
-            .collect();
-        tokenize_word(vocab, &word, out);
+pub(super) fn tokenize(vocab: &Vocab, bpe: Bpe, text: &str, out: &mut Vec<u32>) {
+    for word in pretok::split(text, bpe.steps) {
+        if bpe.raw {
+            tokenize_word(vocab, bpe, &word, out);
+        } else {
+            let word: String = word
+                .bytes()
+                .map(|b| vocab.byte_chars[usize::from(b)])
+                .collect();
+            tokenize_word(vocab, bpe, &word, out);
+        }
     }
 }
 
-fn tokenize_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
-    if vocab.ignore_merges
-        && let Some(id) = vocab.text_to_token(word)
-    {
+fn tokenize_word(vocab: &Vocab, bpe: Bpe, word: &str, out: &mut Vec<u32>) {
+    let whole = vocab.ignore_merges || (bpe.newline_words && word.bytes().all(|b| b == b'\n'));
+    if whole && let Some(id) = vocab.text_to_token(word) {
         out.push(id);
         return;
     }
@@ -112,6 +116,11 @@ fn tokenize_word(vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
         let text = piece(s);
         match vocab.text_to_token(text) {
             Some(id) => out.push(id),
+            None if bpe.raw => {
+                for b in text.bytes() {
+                    out.extend(vocab.text_to_token(&format!("<0x{b:02X}>")));
+                }
+            }
             None => {
                 // llama.cpp looks each byte up as a one-byte token
                 for c in text.chars().filter(char::is_ascii) {

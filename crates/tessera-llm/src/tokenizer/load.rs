@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use tessera::{Error, Result};
 use tessera_gguf::{GgufFile, Value};
 
-use super::{Kind, Token, TokenAttr, Vocab, pretok, unicode};
+use super::{Bpe, Kind, Token, TokenAttr, Vocab, pretok, unicode};
 
 const TOKENS: &str = "tokenizer.ggml.tokens";
 const SCORES: &str = "tokenizer.ggml.scores";
@@ -23,8 +23,9 @@ fn opt<'a, T: tessera_gguf::FromValue<'a>>(f: &'a GgufFile, key: &str) -> Result
     }
 }
 
-/// An optional token id: any non-negative integer type, below `n`.
-fn opt_id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
+/// An optional token id: any integer type; out of `0..n` it is an error
+/// when `strict`, else ignored (as llama.cpp does).
+fn opt_id(f: &GgufFile, key: &str, n: usize, strict: bool) -> Result<Option<u32>> {
     let Some(v) = f.value(key) else {
         return Ok(None);
     };
@@ -47,6 +48,7 @@ fn opt_id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>> {
     };
     match u32::try_from(x) {
         Ok(id) if (id as usize) < n => Ok(Some(id)),
+        _ if !strict => Ok(None),
         _ => Err(Error::Malformed(format!(
             "metadata key '{key}': token id {x} is out of range (the vocabulary has {n} tokens)"
         ))),
@@ -145,7 +147,9 @@ const FIM_SEP: &[&str] = &["<|file_sep|>", "<fim-sep>", "<fim_sep>", "<SEP>"];
 impl Vocab {
     /// Read the vocabulary of a GGUF file (`tokenizer.ggml.*`): errors name
     /// the key that is missing, of the wrong type, of the wrong length or out
-    /// of range.
+    /// of range. BOS, EOS, unknown, end-of-turn and end-of-message ids out of
+    /// range are errors; the others (padding, separator, mask, FIM) are
+    /// dropped, as llama.cpp does (some converted files have them wrong).
     pub fn from_gguf(f: &GgufFile) -> Result<Vocab> {
         let model: &str = f.get("tokenizer.ggml.model")?;
         let pre: &str = opt(f, "tokenizer.ggml.pre")?.unwrap_or("");
@@ -187,20 +191,32 @@ impl Vocab {
             }
         }
 
+        // Gemma 4 files name their own model; llama.cpp then forces the pre-tokenizer
+        let pre = if model == "gemma4" { "gemma4" } else { pre };
         let (kind, mut v) = match model {
             "llama" => (Kind::Spm, Defaults::spm()),
-            "gpt2" => {
+            "gpt2" | "gemma4" => {
                 let steps = pretok::steps(pre).ok_or_else(|| Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
                     what: format!("pre-tokenizer 'tokenizer.ggml.pre' = '{pre}'"),
                 })?;
-                (Kind::Bpe(steps), Defaults::bpe(pre))
+                let gemma4 = matches!(pre, "gemma4" | "granite-embed-multi-311m");
+                let bpe = Bpe {
+                    steps,
+                    raw: gemma4 || pre == "sarvam-moe",
+                    newline_words: gemma4,
+                };
+                let mut d = Defaults::bpe(pre);
+                if model == "gemma4" {
+                    (d.bos, d.eos) = (None, None);
+                }
+                (Kind::Bpe(bpe), d)
             }
             other => {
                 return Err(Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
                     what: format!(
-                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2)"
+                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2, gemma4)"
                     ),
                 });
             }
@@ -261,18 +277,18 @@ impl Vocab {
         // special ids: defaults out of range are dropped, keys must be in range
         let fix = |d: Option<u32>| d.filter(|&id| (id as usize) < n);
         let key = |k: &str| format!("tokenizer.ggml.{k}");
-        let bos = opt_id(f, &key("bos_token_id"), n)?.or(fix(v.bos));
-        let eos = opt_id(f, &key("eos_token_id"), n)?.or(fix(v.eos));
-        let unk = opt_id(f, &key("unknown_token_id"), n)?.or(fix(v.unk));
-        let mut eot = opt_id(f, &key("eot_token_id"), n)?;
-        let mut eom = opt_id(f, &key("eom_token_id"), n)?;
+        let bos = opt_id(f, &key("bos_token_id"), n, true)?.or(fix(v.bos));
+        let eos = opt_id(f, &key("eos_token_id"), n, true)?.or(fix(v.eos));
+        let unk = opt_id(f, &key("unknown_token_id"), n, true)?.or(fix(v.unk));
+        let mut eot = opt_id(f, &key("eot_token_id"), n, true)?;
+        let mut eom = opt_id(f, &key("eom_token_id"), n, true)?;
         for k in [
             "seperator_token_id",
             "padding_token_id",
             "mask_token_id",
             "cls_token_id",
         ] {
-            opt_id(f, &key(k), n)?;
+            opt_id(f, &key(k), n, false)?;
         }
         let mut fim: [Option<u32>; 6] = [None; 6];
         for (slot, names) in fim.iter_mut().zip([
@@ -284,7 +300,7 @@ impl Vocab {
             &["fim_sep_token_id"],
         ]) {
             for name in names {
-                if let Some(id) = opt_id(f, &key(name), n)? {
+                if let Some(id) = opt_id(f, &key(name), n, false)? {
                     *slot = Some(id);
                 }
             }
@@ -294,6 +310,9 @@ impl Vocab {
         }
         if let Some(b) = opt::<bool>(f, "tokenizer.ggml.add_eos_token")? {
             v.add_eos = b;
+        }
+        if matches!(pre, "gemma4" | "granite-embed-multi-311m") {
+            v.add_bos = true; // llama.cpp's Gemma 4 workaround
         }
 
         // auto-detected by text (lowest id first); they become control tokens
@@ -373,7 +392,7 @@ impl Vocab {
             bpe_ranks,
             byte_chars: unicode::byte_chars(),
             bos: if v.no_bos {
-                opt_id(f, &key("bos_token_id"), n)?
+                opt_id(f, &key("bos_token_id"), n, true)?
             } else {
                 bos
             },
@@ -383,6 +402,7 @@ impl Vocab {
             add_eos: v.add_eos,
             add_space_prefix: v.add_space_prefix,
             ignore_merges: v.ignore_merges,
+            clean_spaces: v.clean_spaces,
             eog,
             special,
         })
@@ -440,6 +460,8 @@ struct Defaults {
     add_eos: bool,
     add_space_prefix: bool,
     ignore_merges: bool,
+    /// Detokenization drops spaces before punctuation and contractions.
+    clean_spaces: bool,
     /// BOS only from the key (ChatGLM, GLM-4).
     no_bos: bool,
 }
@@ -454,6 +476,7 @@ impl Defaults {
             add_eos: false,
             add_space_prefix: true,
             ignore_merges: false,
+            clean_spaces: false,
             no_bos: false,
         }
     }
@@ -478,6 +501,24 @@ impl Defaults {
             add_eos: false,
             add_space_prefix: false,
             ignore_merges: llama3 || matches!(pre, "glm4" | "glm5"),
+            clean_spaces: !matches!(
+                pre,
+                "command-r"
+                    | "qwen2"
+                    | "deepseek-r1-qwen"
+                    | "kormo"
+                    | "f2llmv2"
+                    | "qwen35"
+                    | "smollm"
+                    | "trillion"
+                    | "granite-docling"
+                    | "hunyuan"
+                    | "grok-2"
+                    | "solar-open"
+                    | "sarvam-moe"
+                    | "deepseek-llm"
+                    | "deepseek-coder"
+            ),
             no_bos: matches!(pre, "chatglm-bpe" | "glm4" | "glm5"),
         }
     }

@@ -5,9 +5,13 @@
 //! has the semantics of llama.cpp's `llama_tokenize` (BOS/EOS per the file's
 //! flags, special tokens in the text recognised on request, user-defined
 //! tokens always), [`Vocab::token_to_piece`] those of `llama_token_to_piece`,
-//! and [`Detokenizer`] streams ids back to text. Supported models:
-//! SentencePiece-style `llama` (llama.cpp's SPM) and byte-level BPE `gpt2`
-//! with the pre-tokenizers listed in `pretok`.
+//! and [`Detokenizer`] streams ids back to text ([`Vocab::detokenize`] is
+//! `llama_detokenize`). Supported `tokenizer.ggml.model`s: `llama`
+//! (SentencePiece-style, llama.cpp's SPM), `gpt2` (byte-level BPE) with the
+//! pre-tokenizers that llama.cpp maps to the default, GPT-2, Llama-3, Qwen2,
+//! Qwen3.5, Falcon, StarCoder-family, DeepSeek LLM/Coder and Gemma-4 splits
+//! (see `pretok::steps`), and `gemma4`. Others (WPM, UGM, RWKV...) are an
+//! `Unsupported` error.
 
 mod bpe;
 mod detok;
@@ -63,8 +67,21 @@ impl std::ops::BitOr for TokenAttr {
 enum Kind {
     /// SentencePiece-style merges by score (`llama`).
     Spm,
-    /// Byte-level BPE by merge rank (`gpt2`) with these pre-tokenizer steps.
-    Bpe(&'static [pretok::Step]),
+    /// BPE by merge rank (`gpt2`, `gemma4`).
+    Bpe(Bpe),
+}
+
+/// How a BPE vocabulary sees text.
+#[derive(Clone, Copy, Debug)]
+struct Bpe {
+    /// Pre-tokenizer steps.
+    steps: &'static [pretok::Step],
+    /// SentencePiece-style BPE (Gemma 4): no GPT-2 byte characters, spaces
+    /// written `▁`, `<0xXX>` byte tokens.
+    raw: bool,
+    /// A word of newlines only is one token when the vocabulary has it
+    /// (Gemma 4).
+    newline_words: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -90,6 +107,7 @@ pub struct Vocab {
     add_eos: bool,
     add_space_prefix: bool,
     ignore_merges: bool,
+    clean_spaces: bool,
     eog: HashSet<u32>,
     /// Control, user-defined and unknown tokens, longest text first.
     special: Vec<u32>,
@@ -209,11 +227,17 @@ impl Vocab {
                     }
                 }
             }
-            Kind::Bpe(steps) => {
+            Kind::Bpe(bpe) => {
                 for f in frags {
                     match f {
                         Frag::Text(a, b) => {
-                            bpe::tokenize(self, steps, text.get(a..b).unwrap_or(""), &mut out)
+                            let t = text.get(a..b).unwrap_or("");
+                            if bpe.raw {
+                                let t = t.replace(' ', "\u{2581}");
+                                bpe::tokenize(self, bpe, &t, &mut out)
+                            } else {
+                                bpe::tokenize(self, bpe, t, &mut out)
+                            }
                         }
                         Frag::Token(id) => out.push(id),
                     }
@@ -301,6 +325,7 @@ impl Vocab {
         if attr.any(TokenAttr::NORMAL) {
             return match self.kind {
                 Kind::Spm => tok.text.replace('\u{2581}', " ").into_bytes(),
+                Kind::Bpe(b) if b.raw => tok.text.replace('\u{2581}', " ").into_bytes(),
                 Kind::Bpe(_) => decode_bpe_text(&tok.text),
             };
         }

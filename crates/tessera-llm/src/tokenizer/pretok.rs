@@ -26,6 +26,62 @@ pub(crate) enum Step {
     Number,
     /// `[0-9][0-9][0-9]`
     AsciiDigits3,
+    /// `[^\n]+|[\n]+`
+    Newlines,
+    /// `\s?C+` (with `ws_prefix`) or `C` / `C+` for one character class.
+    Class {
+        class: Class,
+        ws_prefix: bool,
+        plus: bool,
+    },
+    /// `\s+$`
+    TrailingSpace,
+}
+
+/// A character class as llama.cpp's `std::regex` sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// `\p{..}` categories (these bits) on the collapsed text.
+    Cats(u8),
+    /// `[a-b...]`: characters and ranges, written as in the regex.
+    Set(&'static str),
+}
+
+impl Class {
+    /// Whether `c` is in the class; non-ASCII whitespace reads as `\v`, as
+    /// llama.cpp rewrites it before matching.
+    fn has(self, c: char) -> bool {
+        let c = if (c as u32) >= 128 && Flags::of(c).ws {
+            '\u{b}'
+        } else {
+            c
+        };
+        match self {
+            Class::Cats(bits) => collapsed(c).cat & bits != 0,
+            Class::Set(set) => {
+                let mut chars = set.chars();
+                while let Some(a) = chars.next() {
+                    let mut look = chars.clone();
+                    if let (Some('-'), Some(b)) = (look.next(), look.next()) {
+                        if (a..=b).contains(&c) {
+                            return true;
+                        }
+                        chars = look;
+                    } else if a == c {
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+/// `\s` of `std::regex` after llama.cpp's rewrite (non-ASCII whitespace is
+/// `\v`).
+fn regex_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\u{b}' | '\u{c}' | '\r')
+        || ((c as u32) >= 128 && Flags::of(c).ws)
 }
 
 /// The steps of the pre-tokenizer named `pre`, or `None` when unsupported.
@@ -62,9 +118,56 @@ pub(crate) fn steps(pre: &str) -> Option<&'static [Step]> {
         "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
         | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe"
         | "mpt" | "olmo" | "jais" | "exaone4" | "trillion" | "granite-docling" => GPT2,
+        "gemma4" | "granite-embed-multi-311m" | "sarvam-moe" => &[Newlines],
+        "deepseek-coder" => DEEPSEEK_CODER,
+        "deepseek-llm" => DEEPSEEK_LLM,
         _ => return None,
     })
 }
+
+const NEWLINE: Step = Step::Class {
+    class: Class::Set("\r\n"),
+    ws_prefix: false,
+    plus: false,
+};
+const CJK: Step = Step::Class {
+    class: Class::Set("一-龥ࠀ-一가-퟿"),
+    ws_prefix: false,
+    plus: true,
+};
+const DEEPSEEK_CODER: &[Step] = &[
+    NEWLINE,
+    Step::Class {
+        class: Class::Cats(super::unicode::LETTER),
+        ws_prefix: true,
+        plus: true,
+    },
+    Step::Class {
+        class: Class::Cats(super::unicode::PUNCTUATION),
+        ws_prefix: true,
+        plus: true,
+    },
+    CJK,
+    Step::Number,
+];
+const DEEPSEEK_LLM: &[Step] = &[
+    NEWLINE,
+    Step::Class {
+        class: Class::Set(
+            "A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃",
+        ),
+        ws_prefix: true,
+        plus: true,
+    },
+    Step::Class {
+        class: Class::Set("!-/:-~！-／：-～‘-‟　-。"),
+        ws_prefix: true,
+        plus: true,
+    },
+    Step::TrailingSpace,
+    CJK,
+    Step::NumberRun,
+];
 
 /// Cut `text` into words with `steps`.
 pub(crate) fn split(text: &str, steps: &[Step]) -> Vec<String> {
@@ -90,6 +193,16 @@ pub(crate) fn split(text: &str, steps: &[Step]) -> Vec<String> {
                 Step::NumberRun => runs(piece, |c| collapsed(c).number(), false, &mut out),
                 Step::Number => runs(piece, |c| collapsed(c).number(), true, &mut out),
                 Step::AsciiDigits3 => digits3(piece, &mut out),
+                Step::Newlines => newlines(piece, &mut out),
+                Step::Class {
+                    class,
+                    ws_prefix,
+                    plus,
+                } => class_matches(piece, class, ws_prefix, plus, &mut out),
+                Step::TrailingSpace => {
+                    let run = piece.iter().rev().take_while(|&&c| regex_space(c)).count();
+                    out.extend([piece.len() - run, run].into_iter().filter(|&n| n > 0));
+                }
             }
             start += len;
         }
@@ -141,6 +254,54 @@ fn runs(piece: &[char], cls: impl Fn(char) -> bool, single: bool, out: &mut Vec<
     }
     if gap > 0 {
         out.push(gap);
+    }
+}
+
+/// Matches of `\s?C+` / `C+` / `C`, with the text between as pieces.
+fn class_matches(piece: &[char], class: Class, ws_prefix: bool, plus: bool, out: &mut Vec<usize>) {
+    let has = |i: usize| piece.get(i).is_some_and(|&c| class.has(c));
+    let mut gap = 0;
+    let mut i = 0;
+    while i < piece.len() {
+        let start = if has(i) {
+            Some(i + 1)
+        } else if ws_prefix && regex_space(piece[i]) && has(i + 1) {
+            Some(i + 2)
+        } else {
+            None
+        };
+        let Some(mut j) = start else {
+            gap += 1;
+            i += 1;
+            continue;
+        };
+        if plus {
+            while has(j) {
+                j += 1;
+            }
+        }
+        if gap > 0 {
+            out.push(gap);
+            gap = 0;
+        }
+        out.push(j - i);
+        i = j;
+    }
+    if gap > 0 {
+        out.push(gap);
+    }
+}
+
+/// Runs of newlines and runs of anything else.
+fn newlines(piece: &[char], out: &mut Vec<usize>) {
+    let mut i = 0;
+    while i < piece.len() {
+        let nl = piece[i] == '\n';
+        let start = i;
+        while i < piece.len() && (piece[i] == '\n') == nl {
+            i += 1;
+        }
+        out.push(i - start);
     }
 }
 

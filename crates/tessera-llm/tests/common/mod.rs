@@ -7,8 +7,11 @@
 //!   `models/` folder, or a llama-cpp-python source tree), else
 //!   `<cache>/llama-cpp-python-0.3.36/models` (the cache: `$TESSERA_CACHE`,
 //!   else `${XDG_CACHE_HOME:-~/.cache}/tessera`),
-//!   fetched with `pip download --no-deps --no-binary :all:
-//!   llama-cpp-python==0.3.36` (only `*/vendor/llama.cpp/models/*` kept).
+//!   fetched with `pip download --no-deps --no-binary llama-cpp-python
+//!   llama-cpp-python==0.3.36` (the source archive; only
+//!   `*/vendor/llama.cpp/models/*` kept). Not `--no-binary :all:`: that
+//!   makes pip build the archive's build backends (cmake, ninja) from source
+//!   just to read its metadata.
 //! - Gemma 3 270M: `$TESSERA_GEMMA_GGUF`, else the default model of
 //!   `tessera run`, fetched by the same code (`tessera_llm::fetch`).
 //!
@@ -19,12 +22,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 const LLAMA_PY: &str = "llama-cpp-python-0.3.36";
 
-/// One fetch at a time in this process.
+/// One fetch at a time in this process, and one try: the outcome is kept.
 static FETCH: Mutex<()> = Mutex::new(());
+static LLAMA: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static GEMMA: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// Tessera's cache folder (`tessera_llm::fetch::cache_dir`).
 fn cache_root() -> PathBuf {
@@ -90,28 +95,48 @@ pub fn llama_models_dir() -> PathBuf {
             src.display()
         );
     }
-    let root = cache_root().join(LLAMA_PY);
-    let models = root.join("models");
-    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    if has_vocab(&models) {
-        return models;
+    let found = LLAMA.get_or_init(|| {
+        let root = cache_root().join(LLAMA_PY);
+        let models = root.join("models");
+        let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        if has_vocab(&models) {
+            return Ok(models);
+        }
+        fetch_llama(&root).map(|()| models.clone()).map_err(|e| {
+            format!(
+                "llama.cpp's vocabulary test files are missing and could not be fetched: {e}\n\
+                 Provide them: set TESSERA_LLAMA_SRC to a llama.cpp source tree (its models/ \
+                 folder has ggml-vocab-*.gguf with .inp/.out), or put that models/ folder at {}",
+                models.display()
+            )
+        })
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
     }
-    if let Err(e) = fetch_llama(&root) {
-        panic!(
-            "llama.cpp's vocabulary test files are missing and could not be fetched: {e}\n\
-             Provide them: set TESSERA_LLAMA_SRC to a llama.cpp source tree (its models/ \
-             folder has ggml-vocab-*.gguf with .inp/.out), or put that models/ folder at {}",
-            models.display()
-        );
-    }
-    models
 }
 
 fn fetch_llama(root: &Path) -> Result<(), String> {
     std::fs::create_dir_all(root.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
     let tmp = temp_beside(root);
+    let r = fetch_llama_into(&tmp, root);
+    if r.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    r
+}
+
+fn fetch_llama_into(tmp: &Path, root: &Path) -> Result<(), String> {
     let dl = tmp.join("download");
-    pip_download(&dl, &["--no-binary", ":all:", "llama-cpp-python==0.3.36"])?;
+    pip_download(
+        &dl,
+        &[
+            "--no-binary",
+            "llama-cpp-python",
+            "llama-cpp-python==0.3.36",
+        ],
+    )?;
     let script = r#"
 import sys, tarfile, pathlib, shutil
 dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -141,7 +166,7 @@ shutil.rmtree(dl)
     if !has_vocab(&models_tmp) {
         return Err("the archive's models/ has no ggml-vocab-llama-spm.gguf".into());
     }
-    publish(&tmp, root)
+    publish(tmp, root)
 }
 
 /// Rename `tmp` to `target`, unless another process got there first.
@@ -161,9 +186,7 @@ fn publish(tmp: &Path, target: &Path) -> Result<(), String> {
     }
 }
 
-/// The Gemma 3 270M GGUF (its vocabulary: 262,144 SentencePiece tokens):
-/// `$TESSERA_GEMMA_GGUF`, else the default model of `tessera run`, fetched
-/// into the cache by the same code (`tessera_llm::fetch`) when missing.
+/// The Gemma 3 270M GGUF (its vocabulary: 262,144 SentencePiece tokens).
 pub fn gemma_gguf() -> PathBuf {
     if let Some(p) = std::env::var_os("TESSERA_GEMMA_GGUF") {
         let p = PathBuf::from(p);
@@ -174,15 +197,21 @@ pub fn gemma_gguf() -> PathBuf {
         );
         return p;
     }
-    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    let model = tessera_llm::fetch::DEFAULT_MODEL;
-    tessera_llm::fetch::ensure(&model, &mut |l| eprintln!("{l}")).unwrap_or_else(|e| {
-        panic!(
-            "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
-             Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 {})",
-            model.sha256
-        )
-    })
+    let found = GEMMA.get_or_init(|| {
+        let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        let model = tessera_llm::fetch::DEFAULT_MODEL;
+        tessera_llm::fetch::ensure(&model, &mut |l| eprintln!("{l}")).map_err(|e| {
+            format!(
+                "the Gemma 3 GGUF is missing and could not be fetched: {e}\n\
+                 Provide it: set TESSERA_GEMMA_GGUF to gemma-3-270m-q4_k_m.gguf (SHA-256 {})",
+                model.sha256
+            )
+        })
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// The test vectors of `ggml-vocab-NAME.gguf`, read as llama.cpp's
