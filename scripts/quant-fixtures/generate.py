@@ -10,11 +10,12 @@ Who computes what
 -----------------
 * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quantized and dequantized by gguf-py (`gguf.quants`), the
   Python port that llama.cpp maintains.
-* F16, Q4_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
+* F16, Q8_1, Q4_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
   and dequantized (`GGML_FP16_TO_FP32`, `dequantize_row_*`) by ggml's own C,
   through `ggml_ref.c`, compiled here in a temporary directory against the
   sdist's `ggml-quants.c` (gcc -O2 -DNDEBUG -ffp-contract=off, as a release
-  x86-64 build without FMA contraction). gguf-py cannot quantize K-quants.
+  x86-64 build without FMA contraction). gguf-py cannot quantize K-quants
+  (nor Q8_1, whose dequantization ggml lacks: the helper writes `d * q`).
 * Every type is also computed the other way where both exist (C for the
   gguf-py types, gguf-py or numpy for the C ones) and disagreements are
   printed, so a drift between upstream's two implementations shows up here.
@@ -32,7 +33,7 @@ File format (`<type>.bin`, all little-endian)
     magic      4 bytes  b"TQFX"
     version    u32      1
     ggml_type  u32      ggml's type id (F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
-                        Q4_K=12, Q6_K=14, Q8_K=15, BF16=30)
+                        Q8_1=9, Q4_K=12, Q6_K=14, Q8_K=15, BF16=30)
     n_rows     u32
     n_per_row  u32      f32 values per row
     row_bytes  u32      quantized bytes per row
@@ -354,6 +355,12 @@ def main() -> int:
             report("ggml C vs gguf-py dequant", ref.dequant(name, q, x.size).view(np.uint32),
                    deq.view(np.uint32), tags, SEG, SEGMENT_KINDS)
             write_fixture(args.out / f"{name}.bin", tid, x, q, deq, len(tags), SEG, tags)
+
+        # --- Q8_1 (an activation type; gguf-py has none): ggml C; rows of one segment
+        print("Q8_1 (ggml C):")
+        q = ref.quant("q8_1", x)
+        deq = ref.dequant("q8_1", q, x.size)
+        write_fixture(args.out / "q8_1.bin", 9, x, q, deq, len(tags), SEG, tags)
 
         # --- K-quants: ggml C (gguf-py dequantization for comparison); rows of two segments
         for name, qt, tid in (("q4_K", T.Q4_K, 12), ("q6_K", T.Q6_K, 14), ("q8_K", None, 15)):

@@ -27,6 +27,10 @@ pub enum DType {
     Q5_1 = 7,
     /// 32-element blocks of i8 with one f16 scale: `x = d * q`.
     Q8_0 = 8,
+    /// 32-element blocks of i8 with an f16 scale and the f16 `d * sum(q)`;
+    /// the activation type of Q4_1 and Q5_1 dot products (like [`DType::Q8K`],
+    /// not a weight or storage type).
+    Q8_1 = 9,
     /// 256-element super-blocks of 4-bit ints, 8 sub-blocks with 6-bit scales and mins.
     Q4K = 12,
     /// 256-element super-blocks of 6-bit ints, 16 sub-blocks with i8 scales.
@@ -43,7 +47,7 @@ pub enum DType {
 }
 
 /// Every type, in ggml id order.
-pub const ALL_DTYPES: [DType; 13] = [
+pub const ALL_DTYPES: [DType; 14] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
@@ -51,6 +55,7 @@ pub const ALL_DTYPES: [DType; 13] = [
     DType::Q5_0,
     DType::Q5_1,
     DType::Q8_0,
+    DType::Q8_1,
     DType::Q4K,
     DType::Q6K,
     DType::Q8K,
@@ -64,7 +69,7 @@ impl DType {
     pub const fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
             DType::Q4K | DType::Q6K | DType::Q8K => 256,
         }
     }
@@ -80,6 +85,7 @@ impl DType {
             DType::Q5_0 => 22,
             DType::Q5_1 => 24,
             DType::Q8_0 => 34,
+            DType::Q8_1 => 36,
             DType::Q4K => 144,
             DType::Q6K => 210,
             DType::Q8K => 292,
@@ -111,6 +117,7 @@ impl DType {
             DType::Q5_0 => "q5_0",
             DType::Q5_1 => "q5_1",
             DType::Q8_0 => "q8_0",
+            DType::Q8_1 => "q8_1",
             DType::Q4K => "q4_K",
             DType::Q6K => "q6_K",
             DType::Q8K => "q8_K",

@@ -229,6 +229,7 @@ fixture_test!(q5_1_matches_gguf_py, "q5_1.bin", DType::Q5_1);
 fixture_test!(q4_k_matches_ggml, "q4_k.bin", DType::Q4K);
 fixture_test!(q6_k_matches_ggml, "q6_k.bin", DType::Q6K);
 fixture_test!(q8_k_matches_ggml, "q8_k.bin", DType::Q8K);
+fixture_test!(q8_1_matches_ggml, "q8_1.bin", DType::Q8_1);
 
 /// The fixtures cover every kind they claim to (a regenerated fixture that
 /// lost a kind would silently test less).
@@ -239,6 +240,7 @@ fn fixtures_cover_all_kinds() {
         ("q4_1.bin", &include_bytes!("fixtures/quant/q4_1.bin")[..]),
         ("q5_0.bin", &include_bytes!("fixtures/quant/q5_0.bin")[..]),
         ("q5_1.bin", &include_bytes!("fixtures/quant/q5_1.bin")[..]),
+        ("q8_1.bin", &include_bytes!("fixtures/quant/q8_1.bin")[..]),
         ("q4_k.bin", &include_bytes!("fixtures/quant/q4_k.bin")[..]),
     ] {
         let f = parse(file, bytes);

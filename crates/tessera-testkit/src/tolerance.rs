@@ -70,7 +70,7 @@ pub fn op_nmse(name: &str) -> f64 {
 /// non-quantized types).
 pub const fn quant_bits(dtype: DType) -> Option<u32> {
     match dtype {
-        DType::Q8_0 | DType::Q8K => Some(8),
+        DType::Q8_0 | DType::Q8_1 | DType::Q8K => Some(8),
         DType::Q6K => Some(6),
         DType::Q5_0 | DType::Q5_1 => Some(5),
         DType::Q4_0 | DType::Q4_1 | DType::Q4K => Some(4),

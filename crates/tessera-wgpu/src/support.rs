@@ -23,6 +23,9 @@ pub const QUANT_WRITE: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType
 /// Longest V row of FLASH_ATTN_EXT (64 threads x 8 columns).
 pub const FLASH_ATTN_MAX_DV: usize = 512;
 
+/// MUL_MAT weight types the CPU multiplies but no WGSL kernel reads yet.
+const MUL_MAT_NO_KERNEL: [DType; 3] = [DType::Q4_1, DType::Q5_0, DType::Q5_1];
+
 /// Can the wgpu device compute node `id` of `graph`? Leaves and views need
 /// no kernel and are supported.
 pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
@@ -211,6 +214,7 @@ fn set_rows_ok(d: &Layout, rows: &Layout, ids: &Layout) -> bool {
 
 fn mul_mat_ok(a: &Layout, b: &Layout) -> bool {
     tessera::MUL_MAT_WEIGHT_TYPES.contains(&a.dtype)
+        && !MUL_MAT_NO_KERNEL.contains(&a.dtype)
         && b.dtype == DType::F32
         && a.ne[0] == b.ne[0]
         && rows_ok(a)
@@ -269,7 +273,7 @@ fn sane(l: &Layout) -> bool {
     u32::try_from(bytes).is_ok()
         && l.checked_nelements()
             .is_ok_and(|n| u32::try_from(n).is_ok())
-        && l.dtype != DType::Q8K
+        && !matches!(l.dtype, DType::Q8K | DType::Q8_1)
         && l.ne[0].is_multiple_of(l.dtype.block_size())
         && (0..4).all(|i| {
             u32::try_from(l.nb[i]).is_ok() && (l.ne[i] <= 1 || l.nb[i].is_multiple_of(align))

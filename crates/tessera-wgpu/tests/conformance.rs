@@ -120,7 +120,82 @@ const ALLOWED_UNSUPPORTED: &[(&str, &str)] = &[
         "SET_ROWS(type=q5_1,type_idx=i32,ne=[32,8,2,1],n=5,ids_b=[2,1],src=view)",
         NO_Q41_Q5,
     ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=7,n=1,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=16,n=9,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=7,n=3,k=64,bs=[2,1],nr=[2,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=5,n=3,k=64,bs=[2,3],nr=[1,1],per=[0,2,1,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=4,n=6,k=64,bs=[1,1],nr=[1,1],b=transposed)",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_0,type_b=f32,m=67,n=33,k=256,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=7,n=1,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=16,n=9,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=7,n=3,k=64,bs=[2,1],nr=[2,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=5,n=3,k=64,bs=[2,3],nr=[1,1],per=[0,2,1,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=4,n=6,k=64,bs=[1,1],nr=[1,1],b=transposed)",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q4_1,type_b=f32,m=67,n=33,k=256,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=7,n=1,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=16,n=9,k=64,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=7,n=3,k=64,bs=[2,1],nr=[2,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=5,n=3,k=64,bs=[2,3],nr=[1,1],per=[0,2,1,3])",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=4,n=6,k=64,bs=[1,1],nr=[1,1],b=transposed)",
+        NO_MM_Q41_Q5,
+    ),
+    (
+        "MUL_MAT(type_a=q5_1,type_b=f32,m=67,n=33,k=256,bs=[1,1],nr=[1,1])",
+        NO_MM_Q41_Q5,
+    ),
 ];
+
+/// Why the Q4_1/Q5_0/Q5_1 MUL_MAT cases may be declined.
+const NO_MM_Q41_Q5: &str = "no WGSL MUL_MAT kernel for Q4_1, Q5_0, Q5_1 yet (the CPU has them)";
 
 /// Why the Q4_1/Q5_0/Q5_1 cases may be declined.
 const NO_Q41_Q5: &str = "no WGSL (de)quantizer for Q4_1, Q5_0, Q5_1 yet (QUANT_READ/QUANT_WRITE)";

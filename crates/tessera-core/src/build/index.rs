@@ -60,7 +60,8 @@ impl Graph {
         ensure_type(name, "src", ls.dtype, &[DType::F32])?;
         ensure_type(name, "ids", li.dtype, &[DType::I64, DType::I32])?;
         ensure(
-            ld.dtype.is_float() || ld.dtype.is_quantized() && ld.dtype != DType::Q8K,
+            ld.dtype.is_float()
+                || ld.dtype.is_quantized() && !matches!(ld.dtype, DType::Q8K | DType::Q8_1),
             name,
             || format!("destination type {} is not supported", ld.dtype),
         )?;

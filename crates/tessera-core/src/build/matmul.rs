@@ -8,12 +8,15 @@ use crate::layout::Layout;
 use crate::op::Op;
 
 /// Weight types MUL_MAT accepts as `a`.
-pub const MUL_MAT_WEIGHT_TYPES: [DType; 7] = [
+pub const MUL_MAT_WEIGHT_TYPES: [DType; 10] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
 ];

@@ -12,7 +12,7 @@ pub fn cpy_supported(src: DType, dst: DType) -> bool {
     let plain = |t: DType| t.is_float();
     src == dst
         || plain(src) && plain(dst)
-        || src == DType::F32 && dst.is_quantized() && dst != DType::Q8K
+        || src == DType::F32 && dst.is_quantized() && !matches!(dst, DType::Q8K | DType::Q8_1)
         || src.is_quantized() && dst == DType::F32
 }
 

@@ -27,6 +27,8 @@ pub const QK5_0: usize = 32;
 pub const QK5_1: usize = 32;
 /// Values per [`BlockQ8_0`].
 pub const QK8_0: usize = 32;
+/// Values per [`BlockQ8_1`].
+pub const QK8_1: usize = 32;
 /// Values per K-quant super-block ([`BlockQ4K`], [`BlockQ6K`], [`BlockQ8K`]).
 pub const QK_K: usize = 256;
 /// Bytes of packed 6-bit scales and mins in a [`BlockQ4K`] (`K_SCALE_SIZE`).
@@ -115,6 +117,19 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK8_0],
 }
 
+/// `block_q8_1`: 32 values `x = d * q` with `q` in -127..=127, and
+/// `s = d * sum(q)`: the activation format of Q4_1 and Q5_1 dot products.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    /// Scale.
+    pub d: f16,
+    /// `d` times the sum of the quants.
+    pub s: f16,
+    /// Quants.
+    pub qs: [i8; QK8_1],
+}
+
 /// `block_q4_K`: 256 values in 8 sub-blocks of 32, `x = d*sc * q - dmin*m`
 /// with 4-bit `q` and 6-bit sub-block scale `sc` and min `m`.
 ///
@@ -167,6 +182,7 @@ const _: () = assert!(size_of::<BlockQ4_1>() == DType::Q4_1.type_size());
 const _: () = assert!(size_of::<BlockQ5_0>() == DType::Q5_0.type_size());
 const _: () = assert!(size_of::<BlockQ5_1>() == DType::Q5_1.type_size());
 const _: () = assert!(size_of::<BlockQ8_0>() == DType::Q8_0.type_size());
+const _: () = assert!(size_of::<BlockQ8_1>() == DType::Q8_1.type_size());
 const _: () = assert!(size_of::<BlockQ4K>() == DType::Q4K.type_size());
 const _: () = assert!(size_of::<BlockQ6K>() == DType::Q6K.type_size());
 const _: () = assert!(size_of::<BlockQ8K>() == DType::Q8K.type_size());
@@ -175,6 +191,7 @@ const _: () = assert!(QK4_1 == DType::Q4_1.block_size());
 const _: () = assert!(QK5_0 == DType::Q5_0.block_size());
 const _: () = assert!(QK5_1 == DType::Q5_1.block_size());
 const _: () = assert!(QK8_0 == DType::Q8_0.block_size());
+const _: () = assert!(QK8_1 == DType::Q8_1.block_size());
 const _: () = assert!(QK_K == DType::Q4K.block_size());
 const _: () = assert!(QK_K == DType::Q6K.block_size());
 const _: () = assert!(QK_K == DType::Q8K.block_size());
@@ -198,6 +215,9 @@ mod tests {
         assert_eq!(size_of::<BlockQ5_0>(), 22);
         assert_eq!(size_of::<BlockQ5_1>(), 24);
         assert_eq!(offset_of!(BlockQ8_0, qs), 2);
+        assert_eq!(offset_of!(BlockQ8_1, s), 2);
+        assert_eq!(offset_of!(BlockQ8_1, qs), 4);
+        assert_eq!(size_of::<BlockQ8_1>(), 36);
         assert_eq!(offset_of!(BlockQ4K, dmin), 2);
         assert_eq!(offset_of!(BlockQ4K, scales), 4);
         assert_eq!(offset_of!(BlockQ4K, qs), 16);
@@ -215,6 +235,7 @@ mod tests {
         assert_eq!(<BlockQ5_0 as QuantBlock<QK5_0>>::DTYPE, DType::Q5_0);
         assert_eq!(<BlockQ5_1 as QuantBlock<QK5_1>>::DTYPE, DType::Q5_1);
         assert_eq!(<BlockQ8_0 as QuantBlock<QK8_0>>::DTYPE, DType::Q8_0);
+        assert_eq!(<BlockQ8_1 as QuantBlock<QK8_1>>::DTYPE, DType::Q8_1);
         assert_eq!(<BlockQ4K as QuantBlock<QK_K>>::DTYPE, DType::Q4K);
         assert_eq!(<BlockQ6K as QuantBlock<QK_K>>::DTYPE, DType::Q6K);
         assert_eq!(<BlockQ8K as QuantBlock<QK_K>>::DTYPE, DType::Q8K);

@@ -58,7 +58,13 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                 .collect();
             for b in x.chunks_exact_mut(ts) {
                 match t {
-                    DType::Q4_0 | DType::Q8_0 => put_f16(b, 0, 0.01 + 0.05 * rng.f32().abs()),
+                    DType::Q4_0 | DType::Q8_0 | DType::Q5_0 => {
+                        put_f16(b, 0, 0.01 + 0.05 * rng.f32().abs())
+                    }
+                    DType::Q4_1 | DType::Q5_1 => {
+                        put_f16(b, 0, 0.01 + 0.05 * rng.f32().abs());
+                        put_f16(b, 2, 0.5 * rng.f32());
+                    }
                     DType::Q4K => {
                         put_f16(b, 0, 0.001 + 0.01 * rng.f32().abs());
                         put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
@@ -73,12 +79,15 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
 }
 
 /// The weight types with a tile kernel somewhere.
-const TYPES: [DType; 7] = [
+const TYPES: [DType; 10] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q5_0,
+    DType::Q4_1,
+    DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
 ];
@@ -114,7 +123,17 @@ fn reference(t: DType, x: &[u8], yt: DType, y: &[u8], n: usize) -> (f64, f64) {
         v.into_iter().map(f64::from).collect()
     };
     let (xv, yv) = (decode(t, x), decode(yt, y));
-    let dot = xv.iter().zip(&yv).map(|(a, b)| a * b).sum();
+    let mut dot: f64 = xv.iter().zip(&yv).map(|(a, b)| a * b).sum();
+    if yt == DType::Q8_1 {
+        // The mins of Q4_1/Q5_1 multiply the Q8_1 block's stored f16
+        // `s = d * sum(q)`, not the exact sum of its values (ggml's
+        // semantics): add the difference, block by block.
+        let f16 = |b: &[u8], i: usize| f64::from(half::f16::from_le_bytes([b[i], b[i + 1]]));
+        let blocks = x.chunks_exact(t.type_size()).zip(y.chunks_exact(36));
+        for ((xb, yb), yvals) in blocks.zip(yv.chunks_exact(32)) {
+            dot += f16(xb, 2) * (f16(yb, 2) - yvals.iter().sum::<f64>());
+        }
+    }
     let mag = xv.iter().zip(&yv).map(|(a, b)| (a * b).abs()).sum();
     (dot, mag)
 }

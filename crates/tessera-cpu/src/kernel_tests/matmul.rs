@@ -373,6 +373,21 @@ fn q4_0_weights() {
 }
 
 #[test]
+fn q5_0_weights() {
+    all_shapes(DType::Q5_0, 8);
+}
+
+#[test]
+fn q4_1_weights() {
+    all_shapes(DType::Q4_1, 9);
+}
+
+#[test]
+fn q5_1_weights() {
+    all_shapes(DType::Q5_1, 10);
+}
+
+#[test]
 fn q4_k_weights() {
     all_shapes(DType::Q4K, 6);
 }
@@ -443,7 +458,13 @@ fn unsupported_operands_are_refused_and_bad_nodes_fail_on_every_thread() {
 #[test]
 fn activation_conversion_is_bit_identical_to_the_reference_quantizer() {
     let mut rng = Rng(5);
-    for t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q8K] {
+    for t in [
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q8_1,
+        DType::Q8K,
+    ] {
         // Random values, plus blocks built to hit the rounding edges: with a
         // largest magnitude of 127 the Q8 scales are exactly 1, so x.5
         // values are ties (away from zero for Q8_0, to even for Q8K), and
@@ -484,7 +505,13 @@ fn activation_conversion_of_non_finite_values_matches_on_every_isa() {
     x[200] = -f32::NAN;
     // A block of NaNs and zeros only.
     x.extend((0..256).map(|i| if i % 3 == 0 { f32::NAN } else { 0.0 }));
-    for t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q8K] {
+    for t in [
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q8_1,
+        DType::Q8K,
+    ] {
         let n = t.row_size(x.len()).unwrap();
         let mut want = vec![0u8; n];
         convert_row(t, &x, &mut want).unwrap();

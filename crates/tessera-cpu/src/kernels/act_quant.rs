@@ -3,15 +3,17 @@
 //!
 //! MUL_MAT and FLASH_ATTN_EXT multiply stored weights (or K rows) by f32
 //! activations. Like ggml, they first convert the activations to the type the
-//! per-type dot product wants: F16, BF16, Q8_0 or Q8K. The conversions here
+//! per-type dot product wants: F16, BF16, Q8_0, Q8_1 or Q8K. The conversions here
 //! are bit-identical to ggml's reference quantizers (`quantize_row_q8_0_ref`,
-//! `quantize_row_q8_K_ref`, `GGML_FP32_TO_FP16`, `ggml_compute_fp32_to_bf16`),
+//! `quantize_row_q8_1_ref`, `quantize_row_q8_K_ref`, `GGML_FP32_TO_FP16`, `ggml_compute_fp32_to_bf16`),
 //! and therefore to `tessera::quant::from_f32`; the kernels own a copy so the
 //! hot path needs no dispatch per block, and [`convert_row_isa`] adds the
-//! AVX2 conversions of [`super::act_quant_avx2`] (bit-identical too).
+//! AVX2 conversions of [`super::act_quant_avx2`] (bit-identical too; Q8_1
+//! has none yet and uses the portable one).
 //!
 //! Block layouts (little-endian, as ggml stores them):
 //! - Q8_0 (34 bytes / 32 values): `d: f16`, `qs: [i8; 32]`;
+//! - Q8_1 (36 bytes / 32 values): `d: f16`, `s: f16` (`d * sum(qs)`), `qs: [i8; 32]`;
 //! - Q8K (292 bytes / 256 values): `d: f32`, `qs: [i8; 256]`, `bsums: [i16; 16]`
 //!   (sums of 16 consecutive `qs`, used by the K-quant dot products).
 
@@ -25,7 +27,7 @@ pub const GROUP: usize = 256;
 
 /// Convert `src` (whole blocks of `dst_type`) into `dst`, which must be
 /// exactly `dst_type.row_size(src.len())` bytes. `dst_type` is one of F32,
-/// F16, BF16, Q8_0, Q8K.
+/// F16, BF16, Q8_0, Q8_1, Q8K.
 pub fn convert_row(dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     let want = dst_type.row_size(src.len())?;
     if dst.len() != want {
@@ -54,6 +56,11 @@ pub fn convert_row(dst_type: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q8_0 => {
             for (o, x) in dst.chunks_exact_mut(34).zip(src.chunks_exact(32)) {
                 quantize_block_q8_0(x, o);
+            }
+        }
+        DType::Q8_1 => {
+            for (o, x) in dst.chunks_exact_mut(36).zip(src.chunks_exact(32)) {
+                quantize_block_q8_1(x, o);
             }
         }
         DType::Q8K => {
@@ -162,6 +169,22 @@ fn quantize_block_q8_0(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// ggml's `quantize_row_q8_1_ref` for one block: [`quantize_block_q8_0`]'s
+/// `d` and quants, then `s = d * sum(q)`, both stored as f16.
+fn quantize_block_q8_1(x: &[f32], out: &mut [u8]) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in out[4..].iter_mut().zip(x) {
+        let qv = (v * id).round() as i8;
+        sum += i32::from(qv);
+        *q = qv as u8;
+    }
+    out[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+    out[2..4].copy_from_slice(&half::f16::from_f32(sum as f32 * d).to_bits().to_le_bytes());
+}
+
 /// ggml's `quantize_row_q8_K_ref` for one block: the value of largest
 /// magnitude maps to -127, `q = nearest_int(-127 / max * x)` (ties to even),
 /// `d = 1 / iscale` as f32, plus the sums of each 16 quants.
@@ -256,7 +279,14 @@ mod tests {
         let x: Vec<f32> = (0..512).map(|i| (i as f32).sin()).collect();
         // Every other value of a 1024-long buffer.
         let wide: Vec<f32> = x.iter().flat_map(|&v| [v, 99.0]).collect();
-        for t in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q8K] {
+        for t in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q8_0,
+            DType::Q8_1,
+            DType::Q8K,
+        ] {
             let n = t.row_size(512).unwrap();
             let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
             convert_row(t, &x, &mut a).unwrap();

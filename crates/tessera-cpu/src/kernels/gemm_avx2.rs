@@ -203,7 +203,7 @@ pub(crate) mod imp {
             DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => {
                 return crate::kernels::gemm_portable::dequant(t);
             }
-            DType::F32 | DType::Q8K | DType::I32 | DType::I64 => return None,
+            DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
         })
     }
 

@@ -72,7 +72,7 @@ pub(super) fn dequant(t: DType) -> Option<DequantFn> {
         DType::Q5_1 => to_f32_q5_1,
         DType::Q4K => to_f32_q4k,
         DType::Q6K => to_f32_q6k,
-        DType::F32 | DType::Q8K | DType::I32 | DType::I64 => return None,
+        DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })
 }
 

@@ -1,5 +1,5 @@
 //! The integer path of the packed GEMM ([`super::gemm`]) for quantized
-//! weights (Q4_0, Q8_0, Q4_K, Q6_K): weights stay 8-bit codes, activations
+//! weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): weights stay 8-bit codes, activations
 //! are quantized to 8 bits, and the micro-kernels (`gemm_vnni`:
 //! `vpdpbusd`, 64 multiply-adds per instruction against 16 for an f32 FMA;
 //! `gemm_q8_avx2`: `vpmaddubsw`) sum byte products exactly, scaling in f32
@@ -13,6 +13,9 @@
 //! | type | `u` | `w_s` | `o_s` |
 //! |---|---|---|---|
 //! | Q4_0 | nibble | `d` | `-8 d` |
+//! | Q4_1 | nibble | `d` | `m` |
+//! | Q5_0 | 5-bit `q` | `d` | `-16 d` (`S` = 16, see `gemm_q8_avx2`) |
+//! | Q5_1 | 5-bit `q` | `d` | `m` (`S` = 16) |
 //! | Q8_0 | `q + 128` | `d` | `-128 d` |
 //! | Q4_K | nibble | `d sc_s` | `-dmin m_s` |
 //! | Q6_K | 6-bit `q` | `d sc_s` | `-32 d sc_s` |
@@ -93,8 +96,10 @@ pub(crate) type UnpackFn =
 /// The sub-block size of `t` on the integer path, or `None` if `t` has none.
 pub(crate) fn sub_size(t: DType) -> Option<usize> {
     match t {
-        DType::Q4_0 | DType::Q8_0 | DType::Q4K => Some(32),
-        DType::Q6K => Some(16),
+        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K => Some(32),
+        // 5-bit codes: the AVX2 kernel's 16-bit sums must be widened every
+        // two steps, which its 16-value sub-block variant does.
+        DType::Q6K | DType::Q5_0 | DType::Q5_1 => Some(16),
         _ => None,
     }
 }
@@ -187,6 +192,25 @@ pub(crate) fn unpack_blocks(t: DType, src: &[u8], codes: &mut [u8], scales: &mut
                     *h = q >> 4;
                 }
                 sc.fill((d, -8.0 * d));
+            }
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => {
+                // Offsets of qh (if any) and qs; the block's (w, o).
+                let d = f16(x, 0);
+                let (qh_at, qs_at, wo) = match t {
+                    DType::Q4_1 => (None, 4, (d, f16(x, 2))),
+                    DType::Q5_0 => (Some(2), 6, (d, -16.0 * d)),
+                    _ => (Some(4), 8, (d, f16(x, 2))),
+                };
+                let qh = qh_at
+                    .and_then(|i| x.get(i..i + 4))
+                    .map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]));
+                let (lo, hi) = out.split_at_mut(16);
+                let qs = x.iter().skip(qs_at);
+                for (j, ((l, h), &q)) in lo.iter_mut().zip(hi).zip(qs).enumerate() {
+                    *l = (q & 0x0F) | ((((qh >> j) & 1) as u8) << 4);
+                    *h = (q >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+                }
+                sc.fill(wo);
             }
             DType::Q8_0 => {
                 let d = f16(x, 0);

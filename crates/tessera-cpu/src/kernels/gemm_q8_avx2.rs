@@ -8,7 +8,9 @@
 //! `vpmaddwd` by ones. The 16-bit sums cannot overflow: Q4_0 and Q4_K codes
 //! are at most 15, so a pair is at most 2 * 15 * 127 = 3810 and eight steps
 //! (a whole 32-value sub-block) add up to 30480; Q6_K codes are at most 63
-//! (pairs up to 16002), so they widen every two steps. Q8_0 (codes up to
+//! (pairs up to 16002), so they widen every two steps, and so do Q5_0's
+//! and Q5_1's codes (at most 31, pairs up to 7874; 16-value sub-blocks;
+//! Q4_1's nibbles are Q4_0's). Q8_0 (codes up to
 //! 255 would saturate) stays on the f32 path on these CPUs. Per sub-block
 //! the exact integer sums are scaled into f32 as in the VNNI kernels.
 //!
@@ -55,7 +57,14 @@ pub(crate) mod imp {
         ],
         transpose,
         unpack,
-        types: &[DType::Q4_0, DType::Q4K, DType::Q6K],
+        types: &[
+            DType::Q4_0,
+            DType::Q4K,
+            DType::Q6K,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+        ],
     };
 
     pub(crate) fn kernels() -> Option<&'static Q8Kernels> {

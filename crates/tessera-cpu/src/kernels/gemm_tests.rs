@@ -183,6 +183,9 @@ fn dequantizers_match_the_reference() {
         DType::BF16,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q5_0,
+        DType::Q4_1,
+        DType::Q5_1,
         DType::Q4K,
         DType::Q6K,
     ];
@@ -410,6 +413,9 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::Q4K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
     driver_case(DType::Q6K, 256, 40, 7, [1, 1], [1, 1], &mut rng);
     driver_case(DType::Q4_0, 288, 31, 13, [1, 1], [2, 1], &mut rng);
+    driver_case(DType::Q5_0, 288, 19, 13, [1, 1], [1, 2], &mut rng);
+    driver_case(DType::Q4_1, 256, 17, 12, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::Q5_1, 320, 9, 11, [2, 1], [1, 1], &mut rng);
     driver_case(DType::Q8_0, 320, 18, 30, [1, 1], [1, 1], &mut rng);
     // k = 0: the output is zeros.
     driver_case(DType::F32, 0, 6, 5, [1, 1], [1, 1], &mut rng);

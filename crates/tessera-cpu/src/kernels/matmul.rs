@@ -7,7 +7,7 @@
 //!
 //! Two phases, separated by one barrier:
 //! 1. **Convert `b`**: the f32 activations are converted to the type the dot
-//!    products read ([`vec_dot_type`]: F16, BF16, Q8_0, Q8K; f32 for F16/BF16
+//!    products read ([`vec_dot_type`]: F16, BF16, Q8_0, Q8_1, Q8K; f32 for F16/BF16
 //!    weights on the SIMD paths, see [`tile_f32_fn`]; f32 when `b`'s rows are
 //!    not contiguous) into `scratch`, the threads sharing the (row, group)
 //!    units (AVX2 conversion, bit-identical to the portable one). F32

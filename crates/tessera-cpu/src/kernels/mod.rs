@@ -153,6 +153,7 @@ mod cvt_avx2;
 pub mod dot;
 mod dot_avx2;
 mod dot_quant;
+mod dot_quant5;
 pub mod elem;
 #[cfg(target_arch = "x86_64")]
 mod exp_avx2;
@@ -171,6 +172,7 @@ mod gemm_tests;
 mod gemm_vnni;
 mod gemv_avx2;
 mod gemv_avx2_float;
+mod gemv_avx2_q5;
 mod gemv_avx2_q8;
 mod gemv_avx512;
 mod gemv_avx512_q8;
