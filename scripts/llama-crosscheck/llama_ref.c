@@ -3,11 +3,13 @@
 // greedily and prints token ids, so that Tessera's tokens can be compared id
 // for id (llama-completion prints text, which can lose bytes; ids cannot).
 //
-//   llama_ref MODEL.gguf N_PREDICT PROMPT [--logits K]
+//   llama_ref MODEL.gguf N_PREDICT PROMPT [--logits K | --top K]
 // prints
 //   prompt: id id id ...
+//   logits: v v v ...          (--logits: the first K logits after the prompt)
+//   top: id:v id:v ...         (--top: the K largest logits after the prompt)
 //   greedy: id id id ...
-//   logits: v v v ...   (with --logits: the first K logits after the prompt)
+// LLAMA_REF_NO_FA=1 turns flash attention off.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ int main(int argc, char ** argv) {
     int n_predict = atoi(argv[2]);
     const char * prompt = argv[3];
     int n_logits = (argc >= 6 && strcmp(argv[4], "--logits") == 0) ? atoi(argv[5]) : 0;
+    int n_top = (argc >= 6 && strcmp(argv[4], "--top") == 0) ? atoi(argv[5]) : 0;
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
@@ -45,7 +48,8 @@ int main(int argc, char ** argv) {
     cp.n_batch = cp.n_ctx;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
-    if (getenv("LLAMA_REF_NO_FA")) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    const char * no_fa = getenv("LLAMA_REF_NO_FA");
+    if (no_fa && strcmp(no_fa, "1") == 0) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     struct llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 1; }
     int n_vocab = llama_vocab_n_tokens(vocab);
@@ -55,6 +59,19 @@ int main(int argc, char ** argv) {
         printf("logits:");
         for (int i = 0; i < n_logits && i < n_vocab; i++) printf(" %.6g", l[i]);
         printf("\n");
+    }
+    if (n_top > 0) {
+        float * l = llama_get_logits_ith(ctx, -1);
+        char * used = calloc(n_vocab, 1);
+        printf("top:");
+        for (int k = 0; k < n_top && k < n_vocab; k++) {
+            int best = -1;
+            for (int i = 0; i < n_vocab; i++) if (!used[i] && (best < 0 || l[i] > l[best])) best = i;
+            used[best] = 1;
+            printf(" %d:%.6g", best, l[best]);
+        }
+        printf("\n");
+        free(used);
     }
     printf("greedy:");
     for (int s = 0; s < n_predict; s++) {

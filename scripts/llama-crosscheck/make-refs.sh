@@ -41,10 +41,18 @@ PROMPT="Hello world, this is a test of the synthetic model"
   done
 } > "$OUT/synthetic.ref"
 {
-  echo "# llama.cpp on gemma-3-270m-q4_k_m.gguf: 48 greedy tokens per prompt"
+  echo "# llama.cpp (default settings: flash attention on) on gemma-3-270m-q4_k_m.gguf:"
+  echo "# the 16 largest logits after the prompt, 48 greedy tokens; 'noise' is the largest"
+  echo "# difference of any logit between llama.cpp's two attention paths (flash on / off)"
   while IFS= read -r p; do
     echo "text: $p"
-    "$REF" "$GEMMA" 48 "$p"
+    "$REF" "$GEMMA" 48 "$p" --top 16
+    LLAMA_REF_NO_FA=1 "$REF" "$GEMMA" 0 "$p" --logits 262144 | grep logits: > "$WORK/nofa.txt"
+    "$REF" "$GEMMA" 0 "$p" --logits 262144 | grep logits: > "$WORK/fa.txt"
+    python3 -c "
+import sys
+a, b = (open(f).read().split()[1:] for f in sys.argv[1:3])
+print('noise: %.4f' % max(abs(float(x) - float(y)) for x, y in zip(a, b)))" "$WORK/fa.txt" "$WORK/nofa.txt"
   done <<'PROMPTS'
 The capital of France is
 Once upon a time

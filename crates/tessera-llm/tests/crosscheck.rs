@@ -23,6 +23,8 @@ struct Case {
     text: String,
     prompt: Vec<u32>,
     logits: Vec<f32>,
+    top: Vec<(u32, f32)>,
+    noise: f32,
     greedy: Vec<u32>,
 }
 
@@ -46,6 +48,8 @@ fn parse(text: &str) -> Vec<Case> {
                     text: rest.to_string(),
                     prompt: vec![],
                     logits: vec![],
+                    top: vec![],
+                    noise: 0.0,
                     greedy: vec![],
                 })
             }
@@ -57,6 +61,16 @@ fn parse(text: &str) -> Vec<Case> {
                     .map(|x| x.parse().unwrap())
                     .collect()
             }
+            "top" => {
+                cases.last_mut().unwrap().top = rest
+                    .split_whitespace()
+                    .map(|x| {
+                        let (i, v) = x.split_once(':').unwrap();
+                        (i.parse().unwrap(), v.parse().unwrap())
+                    })
+                    .collect()
+            }
+            "noise" => cases.last_mut().unwrap().noise = rest.parse().unwrap(),
             other => panic!("unknown line {other}"),
         }
     }
@@ -162,17 +176,50 @@ fn synthetic_models_match_llama_cpp() {
     }
 }
 
+/// The real model. Its logits are sensitive: llama.cpp's own two attention
+/// paths (flash on / off) differ by up to `noise` (0.9 to 1.5 on logits of
+/// 10 to 25, recorded per prompt), and their greedy tokens part after 4
+/// steps on two of the four prompts. So: the 16 largest logits must be
+/// within that noise of llama.cpp's, and the greedy tokens identical until
+/// a step where llama.cpp's choice is within the noise of Tessera's best (a
+/// tie at this precision); the sequences differ from there on.
 #[test]
 fn gemma3_270m_continues_like_llama_cpp() {
     let path = common::gemma_gguf();
     let refs = parse(include_str!("data/gemma3-270m.ref"));
     assert_eq!(refs.len(), 4);
+    let mut identical = 0;
     for c in refs {
-        let (greedy, _) = run(GgufFile::open(&path).unwrap(), &c.prompt, c.greedy.len());
-        assert_eq!(
-            greedy, c.greedy,
-            "'{}': greedy tokens differ from llama.cpp's",
-            c.text
-        );
+        let (greedy, steps) = run(GgufFile::open(&path).unwrap(), &c.prompt, c.greedy.len());
+        assert!(c.noise > 0.0 && c.top.len() == 16);
+        for &(id, v) in &c.top {
+            let ours = steps[0][id as usize];
+            assert!(
+                (ours - v).abs() <= c.noise,
+                "'{}': logit of {id}: {ours} vs llama.cpp {v} (noise {})",
+                c.text,
+                c.noise
+            );
+        }
+        match greedy.iter().zip(&c.greedy).position(|(a, b)| a != b) {
+            None => identical += 1,
+            Some(i) => {
+                let l = &steps[i];
+                let (ours, theirs) = (l[greedy[i] as usize], l[c.greedy[i] as usize]);
+                assert!(
+                    ours - theirs <= c.noise,
+                    "'{}': step {i}: Tessera's {} ({ours}) vs llama.cpp's {} ({theirs}): beyond llama.cpp's own noise {}",
+                    c.text,
+                    greedy[i],
+                    c.greedy[i],
+                    c.noise
+                );
+                eprintln!(
+                    "'{}': parted from llama.cpp at a tie at step {i} ({ours} vs {theirs})",
+                    c.text
+                );
+            }
+        }
     }
+    eprintln!("{identical} of 4 continuations identical to llama.cpp's for 48 tokens");
 }
