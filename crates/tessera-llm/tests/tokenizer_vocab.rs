@@ -168,3 +168,8 @@ fn random_text_round_trips() {
         }
     }
 }
+
+#[test]
+fn bert_bge() {
+    check("bert-bge");
+}
