@@ -173,3 +173,27 @@ fn random_text_round_trips() {
 fn bert_bge() {
     check("bert-bge");
 }
+
+/// Every vocabulary file of llama.cpp's models/ loads, or is refused as
+/// unsupported (never malformed).
+#[test]
+fn all_vocab_files_load() {
+    let models = common::llama_models_dir();
+    let mut names: Vec<_> = std::fs::read_dir(&models)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("ggml-vocab-") && n.ends_with(".gguf"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 19, "{names:?}");
+    let mut report = Vec::new();
+    for name in &names {
+        let file = GgufFile::open(models.join(name)).unwrap();
+        match Vocab::from_gguf(&file) {
+            Ok(v) => report.push(format!("{name}: {} tokens", v.n_tokens())),
+            Err(e @ tessera::Error::Unsupported { .. }) => report.push(format!("{name}: {e}")),
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
