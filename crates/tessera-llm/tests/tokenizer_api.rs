@@ -160,10 +160,10 @@ fn validation_names_the_key() {
     let e = err_text(load(&w));
     assert!(e.contains("tokenizer.ggml.add_bos_token"), "{e}");
 
-    let w = writer(&toks).set("tokenizer.ggml.model", "bert");
+    let w = writer(&toks).set("tokenizer.ggml.model", "t5");
     let e = err_text(load(&w));
     assert!(
-        e.contains("tokenizer.ggml.model") && e.contains("bert"),
+        e.contains("tokenizer.ggml.model") && e.contains("t5"),
         "{e}"
     );
 
@@ -290,4 +290,107 @@ fn detokenize_like_llama() {
     assert_eq!(v.detokenize(&[2, 0, 1], false, false), b"a!");
     assert_eq!(v.detokenize(&[2, 5, 4], false, false), b"a's");
     assert_eq!(v.detokenize(&[2, 5, 0, 2], false, false), b"a'a");
+}
+
+/// Random hostile vocabularies (odd texts, types, scores, merges) and random
+/// text: loading may fail with an error, nothing may panic.
+#[test]
+fn random_vocabularies_do_not_panic() {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: u32| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % u64::from(n.max(1))) as u32
+    };
+    const ALPHABET: &[&str] = &[
+        "a", "b", " ", "▁", "\n", "é", "Ġ", "<", ">", "<0x41>", "<0xZ", "'", "s", "1", "😀",
+        "\u{300}", "<s>",
+    ];
+    let mut loaded = 0;
+    for round in 0..300 {
+        let n = 1 + next(40) as usize;
+        let mut texts: Vec<String> = Vec::new();
+        while texts.len() < n {
+            let len = 1 + next(4);
+            let t: String = (0..len)
+                .map(|_| ALPHABET[next(ALPHABET.len() as u32) as usize])
+                .collect();
+            if !texts.contains(&t) {
+                texts.push(t);
+            }
+        }
+        let scores: Vec<f32> = (0..n)
+            .map(|_| [f32::NAN, f32::INFINITY, -1.0, 0.0, -0.0, 2.5][next(6) as usize])
+            .collect();
+        let types: Vec<i32> = (0..n).map(|_| next(9) as i32 - 1).collect();
+        let merges: Vec<String> = (0..next(30))
+            .map(|_| {
+                let a = &texts[next(n as u32) as usize];
+                let b = &texts[next(n as u32) as usize];
+                match next(4) {
+                    0 => a.clone(),
+                    1 => format!(" {a}"),
+                    _ => format!("{a} {b}"),
+                }
+            })
+            .collect();
+        let (model, pre) = [
+            ("llama", "default"),
+            ("gpt2", "gpt-2"),
+            ("gpt2", "llama-bpe"),
+            ("gpt2", "qwen35"),
+            ("gpt2", "default"),
+            ("gpt2", "deepseek-llm"),
+            ("gemma4", ""),
+            ("bert", ""),
+        ][round % 8];
+        let mut kvs = Kvs(Vec::new())
+            .set("tokenizer.ggml.model", model)
+            .set("tokenizer.ggml.pre", pre)
+            .set(
+                "tokenizer.ggml.tokens",
+                Value::array(ValueType::String, texts.iter().map(String::as_str)),
+            )
+            .set(
+                "tokenizer.ggml.scores",
+                Value::array(ValueType::F32, scores),
+            )
+            .set(
+                "tokenizer.ggml.token_type",
+                Value::array(ValueType::I32, types),
+            )
+            .set(
+                "tokenizer.ggml.merges",
+                Value::array(ValueType::String, merges.iter().map(String::as_str)),
+            );
+        if next(2) == 0 {
+            kvs = kvs.set("tokenizer.ggml.bos_token_id", next(n as u32 + 2));
+        }
+        let Ok(v) = load(&kvs) else {
+            continue;
+        };
+        loaded += 1;
+        for _ in 0..10 {
+            let len = next(12);
+            let text: String = (0..len)
+                .map(|_| ALPHABET[next(ALPHABET.len() as u32) as usize])
+                .collect();
+            for (add, parse) in [(false, false), (true, true)] {
+                let ids = v.tokenize(&text, add, parse);
+                assert!(ids.iter().all(|&id| (id as usize) < v.n_tokens()));
+                let _ = v.detokenize(&ids, add, parse);
+                let mut d = Detokenizer::new(&v, parse);
+                for &id in &ids {
+                    let _ = d.push(id);
+                }
+                let _ = d.finish();
+            }
+        }
+        for id in 0..n as u32 + 2 {
+            let _ = v.token_to_piece(id, true);
+            let _ = v.is_eog(id);
+        }
+    }
+    assert!(loaded > 100, "only {loaded} random vocabularies loaded");
 }

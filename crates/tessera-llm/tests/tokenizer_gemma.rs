@@ -19,49 +19,12 @@ fn vocab() -> &'static Vocab {
     })
 }
 
-/// Undo the escapes of the data file: `\\ \n \t \r \u{hex}`.
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('\\') => out.push('\\'),
-            Some('u') => {
-                assert_eq!(it.next(), Some('{'), "bad escape in {s:?}");
-                let hex: String = it.by_ref().take_while(|&c| c != '}').collect();
-                let cp = u32::from_str_radix(&hex, 16).unwrap();
-                out.push(char::from_u32(cp).unwrap());
-            }
-            other => panic!("bad escape \\{other:?} in {s:?}"),
-        }
-    }
-    out
-}
-
 /// `(text, add_special, parse_special, ids)`
 fn cases() -> Vec<(String, bool, bool, Vec<u32>)> {
-    let data = include_str!("data/gemma3-tokenizer.txt");
-    let mut cases = Vec::new();
-    let mut lines = data.lines().filter(|l| !l.starts_with('#'));
-    while let Some(t) = lines.next() {
-        let rest = t
-            .strip_prefix("T ")
-            .unwrap_or_else(|| panic!("expected T line: {t:?}"));
-        let flags = rest.get(..2).unwrap();
-        let text = unescape(rest.get(3..).unwrap_or(""));
-        let i = lines.next().unwrap();
-        let ids = i.strip_prefix('I').unwrap();
-        let ids = ids.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        cases.push((text, &flags[..1] == "1", &flags[1..] == "1", ids));
-    }
-    cases
+    common::reference_cases(include_str!("data/gemma3-tokenizer.txt"))
+        .into_iter()
+        .map(|c| (c.text, c.add_special, c.parse_special, c.ids))
+        .collect()
 }
 
 #[test]

@@ -1,7 +1,8 @@
-# Generates unicode_data.rs from llama.cpp's src/unicode-data.cpp:
-#   python3 gen_unicode_data.py OUT.rs  (edit the source path below)
+# Generates unicode_data.rs (category ranges and whitespace) from llama.cpp's
+# src/unicode-data.cpp:
+#   python3 gen_unicode_data.py PATH/TO/unicode-data.cpp OUT.rs
 import re,sys
-src=open('/tmp/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/src/unicode-data.cpp').read()
+src=open(sys.argv[1]).read()
 body=src.split('unicode_ranges_flags = {')[1].split('};')[0]
 pairs=[(int(a,16),int(b,16)) for a,b in re.findall(r'\{0x([0-9A-Fa-f]+), 0x([0-9A-Fa-f]+)\}',body)]
 assert pairs[0][0]==0 and pairs[-1][0]==0x110000
@@ -34,5 +35,5 @@ ws.sort()
 out.append('    '+', '.join('0x%X'%w for w in ws[:12])+',')
 out.append('    '+', '.join('0x%X'%w for w in ws[12:])+',')
 out.append('];')
-open(sys.argv[1],'w').write('\n'.join(out)+'\n')
+open(sys.argv[2],'w').write('\n'.join(out)+'\n')
 print(len(pairs), len(out))

@@ -195,6 +195,7 @@ impl Vocab {
         let pre = if model == "gemma4" { "gemma4" } else { pre };
         let (kind, mut v) = match model {
             "llama" => (Kind::Spm, Defaults::spm()),
+            "bert" => (Kind::Wpm, Defaults::wpm()),
             "gpt2" | "gemma4" => {
                 let steps = pretok::steps(pre).ok_or_else(|| Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
@@ -216,7 +217,7 @@ impl Vocab {
                 return Err(Error::Unsupported {
                     device: "tessera-llm tokenizer".into(),
                     what: format!(
-                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2, gemma4)"
+                        "tokenizer 'tokenizer.ggml.model' = '{other}' (supported: llama, gpt2, gemma4, bert)"
                     ),
                 });
             }
@@ -282,12 +283,8 @@ impl Vocab {
         let unk = opt_id(f, &key("unknown_token_id"), n, true)?.or(fix(v.unk));
         let mut eot = opt_id(f, &key("eot_token_id"), n, true)?;
         let mut eom = opt_id(f, &key("eom_token_id"), n, true)?;
-        for k in [
-            "seperator_token_id",
-            "padding_token_id",
-            "mask_token_id",
-            "cls_token_id",
-        ] {
+        let sep = opt_id(f, &key("seperator_token_id"), n, false)?.or(fix(v.sep));
+        for k in ["padding_token_id", "mask_token_id", "cls_token_id"] {
             opt_id(f, &key(k), n, false)?;
         }
         let mut fim: [Option<u32>; 6] = [None; 6];
@@ -311,6 +308,9 @@ impl Vocab {
         if let Some(b) = opt::<bool>(f, "tokenizer.ggml.add_eos_token")? {
             v.add_eos = b;
         }
+        let lowercase = opt::<bool>(f, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(true);
+        let strip_accents =
+            opt::<bool>(f, "tokenizer.ggml.normalizer.strip_accents")?.unwrap_or(lowercase);
         if matches!(pre, "gemma4" | "granite-embed-multi-311m") {
             v.add_bos = true; // llama.cpp's Gemma 4 workaround
         }
@@ -385,6 +385,7 @@ impl Vocab {
 
         strip_attrs(f, pre, &special, &token_to_id, &mut tokens)?;
 
+        let max_token_len = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
         Ok(Vocab {
             kind,
             tokens,
@@ -403,6 +404,10 @@ impl Vocab {
             add_space_prefix: v.add_space_prefix,
             ignore_merges: v.ignore_merges,
             clean_spaces: v.clean_spaces,
+            sep,
+            max_token_len,
+            wpm_lowercase: lowercase,
+            wpm_strip_accents: strip_accents,
             eog,
             special,
         })
@@ -454,6 +459,7 @@ fn strip_attrs(
 /// Per-model defaults before the file's keys.
 struct Defaults {
     bos: Option<u32>,
+    sep: Option<u32>,
     eos: Option<u32>,
     unk: Option<u32>,
     add_bos: bool,
@@ -470,6 +476,7 @@ impl Defaults {
     fn spm() -> Defaults {
         Defaults {
             bos: Some(1),
+            sep: None,
             eos: Some(2),
             unk: Some(0),
             add_bos: true,
@@ -477,6 +484,20 @@ impl Defaults {
             add_space_prefix: true,
             ignore_merges: false,
             clean_spaces: false,
+            no_bos: false,
+        }
+    }
+    fn wpm() -> Defaults {
+        Defaults {
+            bos: Some(101),
+            sep: Some(102),
+            eos: None,
+            unk: Some(100),
+            add_bos: true,
+            add_eos: false,
+            add_space_prefix: false,
+            ignore_merges: false,
+            clean_spaces: true,
             no_bos: false,
         }
     }
@@ -495,6 +516,7 @@ impl Defaults {
         );
         Defaults {
             bos: Some(11),
+            sep: None,
             eos: Some(11),
             unk: None,
             add_bos: llama3,

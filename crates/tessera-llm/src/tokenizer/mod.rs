@@ -10,8 +10,8 @@
 //! (SentencePiece-style, llama.cpp's SPM), `gpt2` (byte-level BPE) with the
 //! pre-tokenizers that llama.cpp maps to the default, GPT-2, Llama-3, Qwen2,
 //! Qwen3.5, Falcon, StarCoder-family, DeepSeek LLM/Coder and Gemma-4 splits
-//! (see `pretok::steps`), and `gemma4`. Others (WPM, UGM, RWKV...) are an
-//! `Unsupported` error.
+//! (see `pretok::steps`), `gemma4`, and `bert` (WordPiece). Others (UGM,
+//! RWKV, PLaMo-2...) are an `Unsupported` error.
 
 mod bpe;
 mod detok;
@@ -20,6 +20,8 @@ mod pretok;
 mod spm;
 mod unicode;
 mod unicode_data;
+mod unicode_data_wpm;
+mod wpm;
 
 use std::collections::{HashMap, HashSet};
 
@@ -69,6 +71,8 @@ enum Kind {
     Spm,
     /// BPE by merge rank (`gpt2`, `gemma4`).
     Bpe(Bpe),
+    /// WordPiece, longest match first (`bert`).
+    Wpm,
 }
 
 /// How a BPE vocabulary sees text.
@@ -108,6 +112,12 @@ pub struct Vocab {
     add_space_prefix: bool,
     ignore_merges: bool,
     clean_spaces: bool,
+    /// Separator token (WordPiece: ends the text with `add_special`).
+    sep: Option<u32>,
+    /// Longest token text in bytes.
+    max_token_len: usize,
+    wpm_lowercase: bool,
+    wpm_strip_accents: bool,
     eog: HashSet<u32>,
     /// Control, user-defined and unknown tokens, longest text first.
     special: Vec<u32>,
@@ -191,7 +201,9 @@ impl Vocab {
                 b.is_ascii()
                     .then(|| self.text_to_token(&char::from(b).to_string()))?
             }),
-            Kind::Bpe(_) => self.text_to_token(&self.byte_chars[usize::from(b)].to_string()),
+            Kind::Bpe(_) | Kind::Wpm => {
+                self.text_to_token(&self.byte_chars[usize::from(b)].to_string())
+            }
         }
     }
 
@@ -202,8 +214,17 @@ impl Vocab {
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let frags = self.partition(text, parse_special);
         let mut out = Vec::new();
-        let bos = self.bos.filter(|_| add_special && self.add_bos);
-        let eos = self.eos.filter(|_| add_special && self.add_eos);
+        let (bos, eos) = match self.kind {
+            // llama.cpp: BOS and SEP whenever add_special
+            Kind::Wpm => (
+                self.bos.filter(|_| add_special),
+                self.sep.filter(|_| add_special),
+            ),
+            _ => (
+                self.bos.filter(|_| add_special && self.add_bos),
+                self.eos.filter(|_| add_special && self.add_eos),
+            ),
+        };
         out.extend(bos);
         match self.kind {
             Kind::Spm => {
@@ -238,6 +259,16 @@ impl Vocab {
                             } else {
                                 bpe::tokenize(self, bpe, t, &mut out)
                             }
+                        }
+                        Frag::Token(id) => out.push(id),
+                    }
+                }
+            }
+            Kind::Wpm => {
+                for f in frags {
+                    match f {
+                        Frag::Text(a, b) => {
+                            wpm::tokenize(self, text.get(a..b).unwrap_or(""), &mut out)
                         }
                         Frag::Token(id) => out.push(id),
                     }
@@ -324,7 +355,7 @@ impl Vocab {
         }
         if attr.any(TokenAttr::NORMAL) {
             return match self.kind {
-                Kind::Spm => tok.text.replace('\u{2581}', " ").into_bytes(),
+                Kind::Spm | Kind::Wpm => tok.text.replace('\u{2581}', " ").into_bytes(),
                 Kind::Bpe(b) if b.raw => tok.text.replace('\u{2581}', " ").into_bytes(),
                 Kind::Bpe(_) => decode_bpe_text(&tok.text),
             };

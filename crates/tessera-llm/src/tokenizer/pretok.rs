@@ -177,7 +177,7 @@ pub(crate) fn split(text: &str, steps: &[Step]) -> Vec<String> {
         let mut out = Vec::with_capacity(lens.len());
         let mut start = 0;
         for &len in &lens {
-            let piece = &cpts[start..start + len];
+            let piece = cpts.get(start..start + len).unwrap_or(&[]);
             match step {
                 Step::Gpt2 => gpt2(piece, &mut out),
                 Step::Llama3 { digits3, marks } => llama3(piece, digits3, marks, &mut out),
@@ -211,7 +211,7 @@ pub(crate) fn split(text: &str, steps: &[Step]) -> Vec<String> {
     let mut words = Vec::with_capacity(lens.len());
     let mut start = 0;
     for len in lens {
-        words.push(cpts[start..start + len].iter().collect());
+        words.push(cpts.get(start..start + len).unwrap_or(&[]).iter().collect());
         start += len;
     }
     words

@@ -9,6 +9,8 @@ pub(super) const NUMBER: u8 = 0x02;
 pub(super) const LETTER: u8 = 0x04;
 pub(super) const ACCENT_MARK: u8 = 0x10;
 pub(super) const PUNCTUATION: u8 = 0x20;
+pub(super) const SYMBOL: u8 = 0x40;
+pub(super) const CONTROL: u8 = 0x80;
 
 /// The classes of one code point; `Flags::default()` (all clear) stands for
 /// "outside the text", as llama.cpp's splitters use it.
@@ -45,6 +47,12 @@ impl Flags {
     }
     pub fn punct(self) -> bool {
         self.cat & PUNCTUATION != 0
+    }
+    pub fn symbol(self) -> bool {
+        self.cat & SYMBOL != 0
+    }
+    pub fn control(self) -> bool {
+        self.cat & CONTROL != 0
     }
     /// Any bit set (llama.cpp's `as_uint() != 0`): inside the text.
     pub fn any(self) -> bool {

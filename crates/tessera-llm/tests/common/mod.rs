@@ -261,3 +261,71 @@ pub fn read_vectors(models: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
     }
     map.into_iter().collect()
 }
+
+/// One reference case of a `tests/data/*.txt` file made with llama-tokenize.
+#[derive(Debug)]
+pub struct RefCase {
+    /// The vocabulary (`V NAME` line before it), if the file names one.
+    pub vocab: Option<String>,
+    pub text: String,
+    pub add_special: bool,
+    pub parse_special: bool,
+    pub ids: Vec<u32>,
+}
+
+/// Undo the escapes of the data files: `\\ \n \t \r \u{hex}`.
+pub fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some('\\') => out.push('\\'),
+            Some('u') => {
+                assert_eq!(it.next(), Some('{'), "bad escape in {s:?}");
+                let hex: String = it.by_ref().take_while(|&c| c != '}').collect();
+                let cp = u32::from_str_radix(&hex, 16).unwrap();
+                out.push(char::from_u32(cp).unwrap());
+            }
+            other => panic!("bad escape \\{other:?} in {s:?}"),
+        }
+    }
+    out
+}
+
+/// Parse a reference file: `# comments`, `V NAME`, then pairs of
+/// `T <add_special><parse_special> <escaped text>` and `I <ids>` lines.
+pub fn reference_cases(data: &str) -> Vec<RefCase> {
+    let mut cases = Vec::new();
+    let mut vocab = None;
+    let mut lines = data
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty());
+    while let Some(line) = lines.next() {
+        if let Some(name) = line.strip_prefix("V ") {
+            vocab = Some(name.to_string());
+            continue;
+        }
+        let rest = line
+            .strip_prefix("T ")
+            .unwrap_or_else(|| panic!("expected a T line: {line:?}"));
+        let flags = rest.get(..2).unwrap();
+        let text = unescape(rest.get(3..).unwrap_or(""));
+        let ids = lines.next().and_then(|l| l.strip_prefix('I')).unwrap();
+        let ids = ids.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        cases.push(RefCase {
+            vocab: vocab.clone(),
+            text,
+            add_special: &flags[..1] == "1",
+            parse_special: &flags[1..] == "1",
+            ids,
+        });
+    }
+    cases
+}
