@@ -27,4 +27,4 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Flags, Graph, MAX_SRC, Node, TensorId};
 pub use layout::{Layout, MAX_DIMS};
-pub use op::{GluOp, Op, RopeMode, RopeParams, UnaryOp};
+pub use op::{GluOp, Op, RopeMode, RopeParams, SortOrder, UnaryOp};

@@ -21,11 +21,13 @@ pub enum UnaryOp {
     Tanh,
     /// `e^x`.
     Exp,
+    /// GELU, sigmoid approximation: `x * sigmoid(1.702x)` (ggml's `GELU_QUICK`).
+    GeluQuick,
 }
 
 impl UnaryOp {
     /// All unary ops.
-    pub const ALL: [UnaryOp; 7] = [
+    pub const ALL: [UnaryOp; 8] = [
         UnaryOp::Silu,
         UnaryOp::Gelu,
         UnaryOp::GeluErf,
@@ -33,6 +35,7 @@ impl UnaryOp {
         UnaryOp::Relu,
         UnaryOp::Tanh,
         UnaryOp::Exp,
+        UnaryOp::GeluQuick,
     ];
 
     /// ggml's name.
@@ -45,6 +48,7 @@ impl UnaryOp {
             UnaryOp::Relu => "RELU",
             UnaryOp::Tanh => "TANH",
             UnaryOp::Exp => "EXP",
+            UnaryOp::GeluQuick => "GELU_QUICK",
         }
     }
 }
@@ -60,11 +64,19 @@ pub enum GluOp {
     ReGlu,
     /// `gelu_erf(x) * g`.
     GeGluErf,
+    /// `gelu_quick(x) * g`.
+    GeGluQuick,
 }
 
 impl GluOp {
     /// All GLU ops.
-    pub const ALL: [GluOp; 4] = [GluOp::SwiGlu, GluOp::GeGlu, GluOp::ReGlu, GluOp::GeGluErf];
+    pub const ALL: [GluOp; 5] = [
+        GluOp::SwiGlu,
+        GluOp::GeGlu,
+        GluOp::ReGlu,
+        GluOp::GeGluErf,
+        GluOp::GeGluQuick,
+    ];
 
     /// ggml's name.
     pub const fn name(self) -> &'static str {
@@ -73,6 +85,7 @@ impl GluOp {
             GluOp::GeGlu => "GEGLU",
             GluOp::ReGlu => "REGLU",
             GluOp::GeGluErf => "GEGLU_ERF",
+            GluOp::GeGluQuick => "GEGLU_QUICK",
         }
     }
 
@@ -83,6 +96,26 @@ impl GluOp {
             GluOp::GeGlu => UnaryOp::Gelu,
             GluOp::ReGlu => UnaryOp::Relu,
             GluOp::GeGluErf => UnaryOp::GeluErf,
+            GluOp::GeGluQuick => UnaryOp::GeluQuick,
+        }
+    }
+}
+
+/// Sort order of ARGSORT (ggml's `ggml_sort_order`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    /// Smallest first (`GGML_SORT_ORDER_ASC`).
+    Asc,
+    /// Largest first (`GGML_SORT_ORDER_DESC`).
+    Desc,
+}
+
+impl SortOrder {
+    /// ggml's integer value.
+    pub const fn ggml_order(self) -> i32 {
+        match self {
+            SortOrder::Asc => 0,
+            SortOrder::Desc => 1,
         }
     }
 }
@@ -175,6 +208,20 @@ pub enum Op {
     Mul,
     /// `src0 / src1`, with `src1` broadcast.
     Div,
+    /// `src0 - src1`, with `src1` broadcast.
+    Sub,
+    /// `x^2`, element-wise.
+    Sqr,
+    /// `sqrt(x)`, element-wise.
+    Sqrt,
+    /// `max(min(x, max), min)` element-wise, with C's comparisons (a NaN
+    /// becomes `max`, as in ggml).
+    Clamp {
+        /// Lower bound.
+        min: f32,
+        /// Upper bound.
+        max: f32,
+    },
     /// `src0 * scale + bias`.
     Scale {
         /// Multiplier.
@@ -192,6 +239,28 @@ pub enum Op {
         /// Added to the variance.
         eps: f32,
     },
+    /// `x / max(sqrt(sum x^2), eps)` over each row.
+    L2Norm {
+        /// Lower bound of the norm.
+        eps: f32,
+    },
+    /// `src0` tiled to the result's extents (each a multiple of `src0`'s).
+    Repeat,
+    /// `src0` with `lp[i]` zeros before and `rp[i]` zeros after it along each dimension.
+    Pad {
+        /// Zeros before, per dimension.
+        lp: [u32; 4],
+        /// Zeros after, per dimension.
+        rp: [u32; 4],
+    },
+    /// Indices (I32) that sort each row of `src0`; ties keep index order.
+    Argsort {
+        /// Ascending or descending.
+        order: SortOrder,
+    },
+    /// Indices (I32) of the `ne0` largest elements of each row of `src0`,
+    /// largest first (ties: lower index first).
+    TopK,
     /// `dst[i, j] = sum_k src0[k, i] * src1[k, j]`, broadcast over dims 2-3.
     MulMat,
     /// Row softmax of `src0 * scale + slope * mask` (mask `src1` optional).
@@ -253,6 +322,15 @@ impl Op {
             Op::Add => "ADD",
             Op::Mul => "MUL",
             Op::Div => "DIV",
+            Op::Sub => "SUB",
+            Op::Sqr => "SQR",
+            Op::Sqrt => "SQRT",
+            Op::Clamp { .. } => "CLAMP",
+            Op::L2Norm { .. } => "L2_NORM",
+            Op::Repeat => "REPEAT",
+            Op::Pad { .. } => "PAD",
+            Op::Argsort { .. } => "ARGSORT",
+            Op::TopK => "TOP_K",
             Op::Scale { .. } => "SCALE",
             Op::RmsNorm { .. } => "RMS_NORM",
             Op::Norm { .. } => "NORM",
@@ -310,6 +388,9 @@ impl Op {
                 | Op::Add
                 | Op::Mul
                 | Op::Div
+                | Op::Sub
+                | Op::Sqr
+                | Op::Sqrt
                 | Op::Unary(_)
                 | Op::Rope(_)
                 | Op::RmsNorm { .. }

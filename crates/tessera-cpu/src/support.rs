@@ -65,7 +65,7 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
         (Op::Cpy, Some(a), Some(b), _) => b == d && copy_ok(a, d),
         (Op::GetRows, Some(a), Some(ids), _) => get_rows_ok(a, ids, d),
         (Op::SetRows, Some(base), Some(rows), Some(ids)) => base == d && set_rows_ok(d, rows, ids),
-        (Op::Add | Op::Mul | Op::Div, Some(a), Some(b), _) => {
+        (Op::Add | Op::Mul | Op::Div | Op::Sub, Some(a), Some(b), _) => {
             floats(a.dtype)
                 && d.dtype == a.dtype
                 && (b.dtype == DType::F32 || b.dtype == a.dtype)
@@ -78,7 +78,46 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
         (Op::Scale { .. }, Some(a), _, _) => {
             a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
         }
-        (Op::Unary(_), Some(a), _, _) => floats(a.dtype) && d.dtype == a.dtype && a.ne == d.ne,
+        (Op::Unary(_) | Op::Sqr | Op::Sqrt | Op::Clamp { .. }, Some(a), _, _) => {
+            floats(a.dtype) && d.dtype == a.dtype && a.ne == d.ne
+        }
+        (Op::L2Norm { .. }, Some(a), _, _) => {
+            a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
+        }
+        (Op::Repeat, Some(a), _, _) => {
+            tile_type(a.dtype)
+                && d.dtype == a.dtype
+                && a.ne.iter().zip(d.ne.iter()).all(|(&s, &t)| {
+                    if s == 0 {
+                        a.ne.contains(&0) && d.ne.contains(&0)
+                    } else {
+                        t.is_multiple_of(s)
+                    }
+                })
+        }
+        (Op::Pad { lp, rp }, Some(a), _, _) => {
+            tile_type(a.dtype)
+                && d.dtype == a.dtype
+                && (0..4).all(|i| {
+                    a.ne[i]
+                        .checked_add(lp[i] as usize)
+                        .and_then(|n| n.checked_add(rp[i] as usize))
+                        == Some(d.ne[i])
+                })
+        }
+        (Op::Argsort { .. } | Op::TopK, Some(a), _, _) => {
+            a.dtype == DType::F32
+                && d.dtype == DType::I32
+                && (a.ne[0] <= 1 || a.nb[0] == 4)
+                && (d.ne[0] <= 1 || d.nb[0] == 4)
+                && d.ne[1..] == a.ne[1..]
+                && i32::try_from(a.ne[0]).is_ok()
+                && if matches!(op, Op::TopK) {
+                    d.ne[0] >= 1 && d.ne[0] <= a.ne[0]
+                } else {
+                    d.ne[0] == a.ne[0]
+                }
+        }
         (Op::Glu { .. }, Some(a), b, _) => {
             let same_type = floats(a.dtype) && d.dtype == a.dtype;
             match b {
@@ -163,6 +202,11 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
 /// the common cases: equal, or broadcast from 1).
 fn repeats(nb: usize, na: usize) -> bool {
     nb == na || nb == 1 || (nb != 0 && na.is_multiple_of(nb))
+}
+
+/// Types REPEAT and PAD copy (2- and 4-byte elements).
+fn tile_type(t: DType) -> bool {
+    matches!(t, DType::F32 | DType::F16 | DType::BF16 | DType::I32)
 }
 
 /// Quantized types the kernels convert to and from F32.

@@ -165,6 +165,7 @@ fn unary_ref(f: UnaryOp, x: f64) -> f64 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Exp => x.exp(),
+        UnaryOp::GeluQuick => x / (1.0 + (-1.702 * x).exp()),
     }
 }
 
@@ -229,6 +230,7 @@ fn act(op: GluOp, x: f64, g: f64) -> f64 {
             }
         }
         GluOp::GeGluErf => unary_ref(UnaryOp::GeluErf, x) * g,
+        GluOp::GeGluQuick => unary_ref(UnaryOp::GeluQuick, x) * g,
     }
 }
 

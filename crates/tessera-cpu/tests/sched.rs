@@ -728,7 +728,7 @@ fn views_over_user_memory_keep_the_plan() {
     )
     .unwrap();
     set.tensors[0].write_f32(&[0.0; 32]).unwrap();
-    let mut sc = sched(&[cpu.clone()], SchedulerOptions::default());
+    let mut sc = sched(std::slice::from_ref(&cpu), SchedulerOptions::default());
     let mut p = Placement::new(&g);
     for step in 0..4i64 {
         if step == 2 {

@@ -5,9 +5,10 @@
 //! `reference/ggml-backend-notes.md` §6): 1e-7 by default; 5e-4 for MUL_MAT and
 //! FLASH_ATTN_EXT (devices may round activations to the weights' dot type);
 //! 1e-3 for ROPE; 1e-4 for ADD and 1e-3 for MUL/DIV; 1e-6 for SOFT_MAX.
-//! Index and copy ops must be **exact** (bitwise equal to the stored
-//! reference values): ARGMAX, GET_ROWS, DUP, CONT, CONCAT, CPY to the same
-//! type and SET_ROWS into float types.
+//! 1e-4 for SUB (as ADD). Index and copy ops must be **exact** (bitwise
+//! equal to the stored reference values): ARGMAX, ARGSORT, TOP_K, GET_ROWS,
+//! DUP, CONT, CONCAT, REPEAT, PAD, CPY to the same type and SET_ROWS into
+//! float types.
 //!
 //! Copies into lower precision: into F16/BF16 (1e-6, ggml's value; a device
 //! rounding to nearest even matches the reference exactly), into a quantized
@@ -42,18 +43,21 @@ impl std::fmt::Display for Tolerance {
 pub const DEFAULT_NMSE: f64 = 1e-7;
 
 /// NMSE thresholds by op name (ggml's `max_nmse_err` overrides).
-pub const OP_NMSE: [(&str, f64); 7] = [
+pub const OP_NMSE: [(&str, f64); 8] = [
     ("MUL_MAT", 5e-4),
     ("FLASH_ATTN_EXT", 5e-4),
     ("ROPE", 1e-3),
     ("ADD", 1e-4),
+    ("SUB", 1e-4),
     ("MUL", 1e-3),
     ("DIV", 1e-3),
     ("SOFT_MAX", 1e-6),
 ];
 
 /// Ops whose results must be bitwise exact (CPY and SET_ROWS depend on types).
-pub const EXACT_OPS: [&str; 5] = ["ARGMAX", "GET_ROWS", "DUP", "CONT", "CONCAT"];
+pub const EXACT_OPS: [&str; 9] = [
+    "ARGMAX", "GET_ROWS", "DUP", "CONT", "CONCAT", "REPEAT", "PAD", "ARGSORT", "TOP_K",
+];
 
 /// NMSE threshold of a copy between different non-quantized types.
 pub const CONVERT_NMSE: f64 = 1e-6;

@@ -13,7 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use tessera::{
-    AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, RopeMode, TensorId,
+    AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, RopeMode, SortOrder,
+    TensorId,
 };
 
 use crate::batch::{Batch, WG};
@@ -66,6 +67,7 @@ const ROWS: &str = include_str!("shaders/rows.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const SORT: &str = include_str!("shaders/sort.wgsl");
 
 const SRC_NAMES: [&str; 4] = ["s0", "s1", "s2", "s3"];
 
@@ -363,22 +365,64 @@ fn encode_node(
             call.params.iu = [3, u32::from(dim), 0, 0];
             call.items(batch, core, "index", INDEX[0], n)
         }
-        Op::Add | Op::Mul | Op::Div => {
+        Op::Add | Op::Mul | Op::Div | Op::Sub => {
             let a = src(0).ok_or_else(missing)?;
             let b = src(1).ok_or_else(missing)?;
             let mut call = Call::new(&dst, &[Some(a), Some(b)])?;
             call.params.iu[0] = match node.op {
                 Op::Add => 0,
                 Op::Mul => 1,
+                Op::Sub => 3,
                 _ => 2,
             };
             call.items(batch, core, "binary", BINARY, n)
         }
         Op::Scale { scale, bias } => {
             let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?)])?;
-            call.params.iu[0] = 7;
+            call.params.iu[0] = 64;
             call.params.fp = [scale, bias, 0.0, 0.0];
             call.items(batch, core, "unary", UNARY, n)
+        }
+        Op::Sqr | Op::Sqrt | Op::Clamp { .. } => {
+            let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?)])?;
+            call.params.iu[0] = match node.op {
+                Op::Sqr => 65,
+                Op::Sqrt => 66,
+                _ => 67,
+            };
+            if let Op::Clamp { min, max } = node.op {
+                call.params.fp = [min, max, 0.0, 0.0];
+            }
+            call.items(batch, core, "unary", UNARY, n)
+        }
+        Op::Repeat => {
+            let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?), None])?;
+            call.params.iu[0] = 4;
+            call.items(batch, core, "index", INDEX[0], n)
+        }
+        Op::Pad { lp, .. } => {
+            let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?), None])?;
+            call.params.iu[0] = 5;
+            call.params.iu2 = lp;
+            call.items(batch, core, "index", INDEX[0], n)
+        }
+        Op::Argsort { .. } | Op::TopK => {
+            let a = src(0).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a)])?;
+            let desc = node.op == Op::TopK
+                || node.op
+                    == Op::Argsort {
+                        order: SortOrder::Desc,
+                    };
+            call.params.iu[0] = u32::from(desc);
+            call.items(batch, core, "sort", SORT, a.layout.checked_nelements()?)
+        }
+        Op::L2Norm { eps } => {
+            let a = src(0).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), None])?;
+            call.params.iu[0] = 5;
+            call.params.fp[0] = eps;
+            rows(batch, core, call, &a.layout)
         }
         Op::Unary(f) => {
             let mut call = Call::new(&dst, &[Some(src(0).ok_or_else(missing)?)])?;

@@ -26,6 +26,11 @@ pub const FLASH_ATTN_MAX_DV: usize = 512;
 /// MUL_MAT weight types the CPU multiplies but no WGSL kernel reads yet.
 const MUL_MAT_NO_KERNEL: [DType; 3] = [DType::Q4_1, DType::Q5_0, DType::Q5_1];
 
+/// Types REPEAT and PAD copy (raw 2- and 4-byte elements).
+fn tile_type(t: DType) -> bool {
+    matches!(t, DType::F32 | DType::F16 | DType::BF16 | DType::I32)
+}
+
 /// Can the wgpu device compute node `id` of `graph`? Leaves and views need
 /// no kernel and are supported.
 pub fn supports_op(graph: &Graph, id: TensorId) -> bool {
@@ -63,7 +68,7 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
         (Op::Cpy, Some(a), Some(b), _) => b == d && copy_ok(a, d),
         (Op::GetRows, Some(a), Some(ids), _) => get_rows_ok(a, ids, d),
         (Op::SetRows, Some(base), Some(rows), Some(ids)) => base == d && set_rows_ok(d, rows, ids),
-        (Op::Add | Op::Mul | Op::Div, Some(a), Some(b), _) => {
+        (Op::Add | Op::Mul | Op::Div | Op::Sub, Some(a), Some(b), _) => {
             floats(a.dtype)
                 && d.dtype == a.dtype
                 && (b.dtype == DType::F32 || b.dtype == a.dtype)
@@ -79,7 +84,44 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
         (Op::Scale { .. }, Some(a), _, _) => {
             a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
         }
-        (Op::Unary(_), Some(a), _, _) => floats(a.dtype) && d.dtype == a.dtype && a.ne == d.ne,
+        (Op::Unary(_) | Op::Sqr | Op::Sqrt | Op::Clamp { .. }, Some(a), _, _) => {
+            floats(a.dtype) && d.dtype == a.dtype && a.ne == d.ne
+        }
+        (Op::L2Norm { .. }, Some(a), _, _) => {
+            a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
+        }
+        (Op::Repeat, Some(a), _, _) => {
+            tile_type(a.dtype)
+                && d.dtype == a.dtype
+                && (0..4).all(|i| {
+                    if a.ne[i] == 0 {
+                        d.ne.contains(&0)
+                    } else {
+                        d.ne[i].is_multiple_of(a.ne[i])
+                    }
+                })
+        }
+        (Op::Pad { lp, rp }, Some(a), _, _) => {
+            tile_type(a.dtype)
+                && d.dtype == a.dtype
+                && (0..4).all(|i| {
+                    a.ne[i]
+                        .checked_add(lp[i] as usize)
+                        .and_then(|n| n.checked_add(rp[i] as usize))
+                        == Some(d.ne[i])
+                })
+        }
+        (Op::Argsort { .. } | Op::TopK, Some(a), _, _) => {
+            a.dtype == DType::F32
+                && d.dtype == DType::I32
+                && d.ne[1..] == a.ne[1..]
+                && i32::try_from(a.ne[0]).is_ok()
+                && if matches!(op, Op::TopK) {
+                    d.ne[0] >= 1 && d.ne[0] <= a.ne[0]
+                } else {
+                    d.ne[0] == a.ne[0]
+                }
+        }
         (Op::Glu { .. }, Some(a), b, _) => {
             let same_type = floats(a.dtype) && d.dtype == a.dtype;
             match b {

@@ -37,8 +37,8 @@ pub mod tensor;
 
 pub use tessera_core::{
     DType, Error, Flags, GluOp, Graph, Layout, MAX_DIMS, MAX_SRC, MUL_MAT_WEIGHT_TYPES, Node, Op,
-    Result, RopeMode, RopeParams, TensorId, UnaryOp, cpy_supported, dtype, error, graph, layout,
-    op, quant,
+    Result, RopeMode, RopeParams, SortOrder, TensorId, UnaryOp, cpy_supported, dtype, error, graph,
+    layout, op, quant,
 };
 
 pub use alloc::{GraphAllocator, LinearAllocator, TensorSet, alloc_tensors, alloc_tensors_size};

@@ -1,4 +1,5 @@
-//! Element-wise ops: ADD, MUL, DIV (with broadcasting), SCALE, UNARY, GLU.
+//! Element-wise ops: ADD, SUB, MUL, DIV (with broadcasting), SCALE, SQR,
+//! SQRT, CLAMP, UNARY, GLU, and the soft-capping helper.
 
 use super::{FLOATS, ensure, ensure_finite, ensure_type, shape};
 use crate::error::Result;
@@ -20,6 +21,11 @@ impl Graph {
     /// `a / b`, `b` broadcast to `a`'s shape.
     pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.binary(Op::Div, a, b)
+    }
+
+    /// `a - b`, `b` broadcast to `a`'s shape.
+    pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(Op::Sub, a, b)
     }
 
     fn binary(&mut self, op: Op, a: TensorId, b: TensorId) -> Result<TensorId> {
@@ -53,6 +59,46 @@ impl Graph {
     /// `a * scale` (F32).
     pub fn scale(&mut self, a: TensorId, scale: f32) -> Result<TensorId> {
         self.scale_bias(a, scale, 0.0)
+    }
+
+    /// `a^2`, element-wise (F32, F16 or BF16).
+    pub fn sqr(&mut self, a: TensorId) -> Result<TensorId> {
+        self.elementwise(Op::Sqr, a)
+    }
+
+    /// `sqrt(a)`, element-wise (F32, F16 or BF16; negative values give NaN).
+    pub fn sqrt(&mut self, a: TensorId) -> Result<TensorId> {
+        self.elementwise(Op::Sqrt, a)
+    }
+
+    /// `a` clamped into `[min, max]` (F32, F16 or BF16), ggml's
+    /// `MAX(MIN(x, max), min)`: a NaN element becomes `max`, and `min > max`
+    /// gives `min` everywhere. The bounds may be infinite, not NaN.
+    pub fn clamp(&mut self, a: TensorId, min: f32, max: f32) -> Result<TensorId> {
+        let op = Op::Clamp { min, max };
+        ensure(!min.is_nan() && !max.is_nan(), op.name(), || {
+            format!("bounds [{min}, {max}] must not be NaN")
+        })?;
+        self.elementwise(op, a)
+    }
+
+    /// Logit soft-capping `cap * tanh(a / cap)` (F32). ggml has no op for it
+    /// (llama.cpp composes it the same way): SCALE, TANH, SCALE.
+    pub fn softcap(&mut self, a: TensorId, cap: f32) -> Result<TensorId> {
+        ensure(cap.is_finite() && cap > 0.0, "SCALE", || {
+            format!("soft cap {cap} must be finite and positive")
+        })?;
+        let x = self.scale(a, 1.0 / cap)?;
+        let x = self.unary(x, UnaryOp::Tanh)?;
+        self.scale(x, cap)
+    }
+
+    /// A same-shape element-wise op on a float tensor.
+    fn elementwise(&mut self, op: Op, a: TensorId) -> Result<TensorId> {
+        let la = self.layout(a)?;
+        ensure_type(op.name(), "a", la.dtype, &FLOATS)?;
+        let out = Layout::contiguous4(la.dtype, la.ne)?;
+        self.push_op(op, out, &[Some(a)])
     }
 
     /// An element-wise function of `a` (F32, F16 or BF16).

@@ -12,6 +12,8 @@ pub(crate) mod matmul;
 mod norm;
 mod rewrite;
 pub(crate) mod shape;
+mod sort;
+mod tile;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -114,6 +116,9 @@ const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests_more;
 
 pub use matmul::MUL_MAT_WEIGHT_TYPES;
 pub use shape::cpy_supported;

@@ -1,4 +1,4 @@
-//! Row normalisations: RMS_NORM and NORM.
+//! Row normalisations: RMS_NORM, NORM and L2_NORM.
 
 use super::{ensure, ensure_finite, ensure_type};
 use crate::DType;
@@ -16,6 +16,11 @@ impl Graph {
     /// `(x - mean) / sqrt(var + eps)` over each row (F32).
     pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         self.norm_impl(Op::Norm { eps }, a, eps)
+    }
+
+    /// `x / max(sqrt(sum(x^2)), eps)` over each row (F32), ggml's `ggml_l2_norm`.
+    pub fn l2_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
+        self.norm_impl(Op::L2Norm { eps }, a, eps)
     }
 
     fn norm_impl(&mut self, op: Op, a: TensorId, eps: f32) -> Result<TensorId> {

@@ -59,7 +59,7 @@ fn binary_ops_are_bit_identical_in_place_and_not() {
     let mut rng = Rng(1);
     let p = Simd::portable();
     for s in simds() {
-        for op in [BinKind::Add, BinKind::Mul, BinKind::Div] {
+        for op in [BinKind::Add, BinKind::Mul, BinKind::Div, BinKind::Sub] {
             for n in sizes() {
                 let x = rng.vec(n, -4.0, 4.0);
                 let y = rng.vec(n, 0.25, 4.0);

@@ -1,4 +1,4 @@
-//! ADD, MUL, DIV with broadcasting (ggml's `binary-ops.cpp`).
+//! ADD, SUB, MUL, DIV with broadcasting (ggml's `binary-ops.cpp`).
 //!
 //! `dst[i0, i1, i2, i3] = op(src0[i0, i1, i2, i3], src1[i0 % ne10, i1 % ne11,
 //! i2 % ne12, i3 % ne13])`, computed in f32. `src0` and `dst` are F32, F16 or
@@ -30,6 +30,15 @@ trait BinOp {
 struct AddOp;
 struct MulOp;
 struct DivOp;
+struct SubOp;
+
+impl BinOp for SubOp {
+    const KIND: BinKind = BinKind::Sub;
+    #[inline(always)]
+    fn apply(a: f32, b: f32) -> f32 {
+        a - b
+    }
+}
 
 impl BinOp for AddOp {
     const KIND: BinKind = BinKind::Add;
@@ -55,12 +64,13 @@ impl BinOp for DivOp {
     }
 }
 
-/// Compute this thread's share of an ADD, MUL or DIV node.
+/// Compute this thread's share of an ADD, SUB, MUL or DIV node.
 pub fn binary(ctx: &NodeCtx) -> Result<()> {
     match ctx.op {
         Op::Add => by_types::<AddOp>(ctx),
         Op::Mul => by_types::<MulOp>(ctx),
         Op::Div => by_types::<DivOp>(ctx),
+        Op::Sub => by_types::<SubOp>(ctx),
         op => Err(Error::op(op.name(), "not a binary op")),
     }
 }

@@ -1,4 +1,5 @@
-//! GLU: gated linear units `act(x) * g` (SWIGLU, GEGLU, REGLU, GEGLU_ERF).
+//! GLU: gated linear units `act(x) * g` (SWIGLU, GEGLU, REGLU, GEGLU_ERF,
+//! GEGLU_QUICK).
 //!
 //! Fused form (one operand of `2n` columns): `x` is the first half of each
 //! row and `g` the second, or the reverse when `swapped`. Split form: `x` is
@@ -34,6 +35,7 @@ pub fn glu(ctx: &NodeCtx) -> Result<()> {
         GluOp::GeGlu => run::<T>(ctx, &a, swapped, |x, g| math::gelu(x) * g),
         GluOp::ReGlu => run::<T>(ctx, &a, swapped, |x, g| if x > 0.0 { x * g } else { 0.0 }),
         GluOp::GeGluErf => run::<T>(ctx, &a, swapped, |x, g| math::gelu_erf(x) * g),
+        GluOp::GeGluQuick => run::<T>(ctx, &a, swapped, |x, g| math::gelu_quick(x) * g),
     }, _ => Err(Error::unsupported("CPU", format!("{} of {dt}", op.name()))))
 }
 

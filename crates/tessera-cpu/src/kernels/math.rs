@@ -33,6 +33,22 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
 }
 
+/// GELU, sigmoid approximation, as ggml's `ggml_gelu_quick_f32`:
+/// `x * (1 / (1 + e^(-1.702 x)))` (ggml's f32 path without its f16 table).
+#[inline(always)]
+pub fn gelu_quick(x: f32) -> f32 {
+    const GELU_QUICK_COEF: f32 = -1.702;
+    x * (1.0 / (1.0 + (GELU_QUICK_COEF * x).exp()))
+}
+
+/// `MAX(MIN(x, max), min)` with C's comparisons, as ggml's CLAMP: a NaN
+/// becomes `max` (then `min` if `max <= min`).
+#[inline(always)]
+pub fn clamp(x: f32, min: f32, max: f32) -> f32 {
+    let t = if x < max { x } else { max };
+    if t > min { t } else { min }
+}
+
 /// GELU, exact: `0.5x(1 + erf(x / sqrt 2))`.
 #[inline]
 pub fn gelu_erf(x: f32) -> f32 {

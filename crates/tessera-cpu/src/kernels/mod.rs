@@ -189,6 +189,8 @@ pub mod simd;
 #[cfg(target_arch = "x86_64")]
 mod simd_avx2;
 pub mod softmax;
+pub mod sort;
+pub mod tile;
 pub mod unary;
 
 /// A kernel: computes thread `ctx.ith`'s share of one node.
@@ -204,7 +206,12 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
         Op::Dup | Op::Cont | Op::Cpy => copy::copy,
         Op::GetRows => rows::get_rows,
         Op::SetRows => rows::set_rows,
-        Op::Add | Op::Mul | Op::Div => binary::binary,
+        Op::Add | Op::Mul | Op::Div | Op::Sub => binary::binary,
+        Op::Sqr | Op::Sqrt | Op::Clamp { .. } => unary::elementwise,
+        Op::L2Norm { .. } => norm::l2_norm,
+        Op::Repeat => tile::repeat,
+        Op::Pad { .. } => tile::pad,
+        Op::Argsort { .. } | Op::TopK => sort::sort,
         Op::Scale { .. } => unary::scale,
         Op::Unary(_) => unary::unary,
         Op::Glu { .. } => glu::glu,
@@ -228,6 +235,7 @@ pub fn scratch_size(op: &Op, dst: &Layout, src: &[Option<&Layout>; MAX_SRC], nth
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             attention::flash_attn_scratch_size(q, k, v, nth)
         }
+        (Op::TopK, Some(a), _, _) => sort::top_k_scratch_size(a.ne[0], nth),
         (Op::Rope(p), _, _, _) => {
             nth.saturating_mul(per_thread_bytes(p.n_dims.saturating_mul(2), 4))
         }

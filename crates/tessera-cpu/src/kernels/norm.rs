@@ -1,5 +1,9 @@
-//! RMS_NORM and NORM over each row of an F32 tensor (ggml's
-//! `ggml_compute_forward_rms_norm_f32` and `_norm_f32`).
+//! RMS_NORM, NORM and L2_NORM over each row of an F32 tensor (ggml's
+//! `ggml_compute_forward_rms_norm_f32`, `_norm_f32` and `_l2_norm_f32`).
+//!
+//! L2_NORM: `y = x * (1 / max(sqrt(sum x^2), eps))`, the squares rounded to
+//! f32 and summed in f64, the sum rounded to f32 before its square root, as
+//! in ggml.
 //!
 //! RMS_NORM: `y = x * (1 / sqrt(mean(x^2) + eps))`; NORM: `y = (x - mean) *
 //! (1 / sqrt(var + eps))` with the population variance. Sums are accumulated
@@ -24,6 +28,49 @@ use super::simd::{Prefetch, Simd};
 /// RMS_NORM on the 2-core test machine), but they fall behind on rows that
 /// come from DRAM (3.4 against 6.5 ms for a 128 MiB one).
 const PREFETCH_MIN_BYTES: usize = 32 << 20;
+
+/// Compute this thread's share of an L2_NORM node.
+pub fn l2_norm(ctx: &NodeCtx) -> Result<()> {
+    let Op::L2Norm { eps } = ctx.op else {
+        return Err(Error::op(ctx.op.name(), "not an L2_NORM node"));
+    };
+    let src = ctx.src(0)?;
+    let d = &ctx.dst;
+    if src.layout.dtype != DType::F32
+        || d.layout.dtype != DType::F32
+        || src.layout.ne != d.layout.ne
+    {
+        return Err(Error::op(
+            "L2_NORM",
+            format!(
+                "source {} and result {} must be F32 of one shape",
+                src.layout, d.layout
+            ),
+        ));
+    }
+    let ne = d.layout.ne;
+    let (snb, dnb) = (src.nb(0), d.nb(0));
+    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+        // SAFETY: in-range row of both tensors.
+        let (x, y) = unsafe { (src.row(i1, i2, i3) as *const u8, d.row(i1, i2, i3)) };
+        let mut sum = 0.0f64;
+        for i in 0..ne[0] {
+            // SAFETY: `i < ne0`: an aligned f32 element of the row.
+            let v = unsafe { (x.add(i * snb) as *const f32).read() };
+            sum += f64::from(v * v);
+        }
+        let scale = 1.0 / (sum as f32).sqrt().max(eps);
+        for i in 0..ne[0] {
+            // SAFETY: `i < ne0`: aligned f32 elements; L2_NORM is not in
+            // place, so the rows do not overlap.
+            unsafe {
+                let v = (x.add(i * snb) as *const f32).read();
+                (y.add(i * dnb) as *mut f32).write(v * scale);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Compute this thread's share of an RMS_NORM or NORM node.
 pub fn norm(ctx: &NodeCtx) -> Result<()> {

@@ -66,6 +66,8 @@ pub enum BinKind {
     Mul,
     /// `x / y`
     Div,
+    /// `x - y`
+    Sub,
 }
 
 impl BinKind {
@@ -75,6 +77,7 @@ impl BinKind {
             BinKind::Add => a + b,
             BinKind::Mul => a * b,
             BinKind::Div => a / b,
+            BinKind::Sub => a - b,
         }
     }
 }

@@ -58,6 +58,7 @@ fn vop<const OP: u8>(a: __m256, b: __m256) -> __m256 {
     match OP {
         0 => _mm256_add_ps(a, b),
         1 => _mm256_mul_ps(a, b),
+        3 => _mm256_sub_ps(a, b),
         _ => _mm256_div_ps(a, b),
     }
 }
@@ -68,6 +69,7 @@ fn sop<const OP: u8>(a: f32, b: f32) -> f32 {
     match OP {
         0 => a + b,
         1 => a * b,
+        3 => a - b,
         _ => a / b,
     }
 }
@@ -77,6 +79,7 @@ const fn op_code(op: BinKind) -> u8 {
         BinKind::Add => 0,
         BinKind::Mul => 1,
         BinKind::Div => 2,
+        BinKind::Sub => 3,
     }
 }
 
@@ -91,6 +94,7 @@ pub unsafe fn binary(op: BinKind, z: *mut f32, x: *const f32, y: *const f32, n: 
         match op_code(op) {
             0 => bin_vv::<0>(z, x, y, n),
             1 => bin_vv::<1>(z, x, y, n),
+            3 => bin_vv::<3>(z, x, y, n),
             _ => bin_vv::<2>(z, x, y, n),
         }
     }
@@ -135,6 +139,7 @@ pub unsafe fn binary_scalar(op: BinKind, z: *mut f32, x: *const f32, y: f32, n: 
         match op_code(op) {
             0 => bin_vs::<0>(z, x, y, n),
             1 => bin_vs::<1>(z, x, y, n),
+            3 => bin_vs::<3>(z, x, y, n),
             _ => bin_vs::<2>(z, x, y, n),
         }
     }

@@ -1,8 +1,9 @@
-//! SCALE and UNARY: element-wise functions of one tensor.
+//! SCALE, SQR, SQRT, CLAMP and UNARY: element-wise functions of one tensor.
 //!
 //! SCALE is `x * s + b` on F32 (ggml multiplies only when `b == 0`, which
-//! gives the same values). UNARY applies SILU, GELU (tanh approximation),
-//! GELU_ERF, SIGMOID, RELU, TANH or EXP to F32, F16 or BF16 tensors,
+//! gives the same values). SQR, SQRT, CLAMP and UNARY (SILU, GELU (tanh
+//! approximation), GELU_ERF, SIGMOID, RELU, TANH, EXP, GELU_QUICK) apply to
+//! F32, F16 or BF16 tensors,
 //! computing in f32 (see [`super::math`]). Any strides; in place works (each
 //! element is read before it is written, through raw pointers). Threads split
 //! the rows.
@@ -107,7 +108,26 @@ pub fn unary(ctx: &NodeCtx) -> Result<()> {
         UnaryOp::Relu => map_rows::<T>(ctx, &src, math::relu),
         UnaryOp::Tanh => map_rows::<T>(ctx, &src, f32::tanh),
         UnaryOp::Exp => map_rows::<T>(ctx, &src, f32::exp),
+        UnaryOp::GeluQuick => map_rows::<T>(ctx, &src, math::gelu_quick),
     }, _ => Err(Error::unsupported("CPU", format!("{} of {dt}", f.name()))))
+}
+
+/// Compute this thread's share of a SQR, SQRT or CLAMP node.
+pub fn elementwise(ctx: &NodeCtx) -> Result<()> {
+    let src = ctx.src(0)?;
+    let dt = src.layout.dtype;
+    if ctx.dst.layout.dtype != dt {
+        return Err(Error::unsupported(
+            "CPU",
+            format!("{} from {dt} to {}", ctx.op.name(), ctx.dst.layout.dtype),
+        ));
+    }
+    with_float!(dt, T => match ctx.op {
+        Op::Sqr => map_rows::<T>(ctx, &src, |x| x * x),
+        Op::Sqrt => map_rows::<T>(ctx, &src, f32::sqrt),
+        Op::Clamp { min, max } => map_rows::<T>(ctx, &src, |x| math::clamp(x, min, max)),
+        op => Err(Error::op(op.name(), "not an element-wise op")),
+    }, _ => Err(Error::unsupported("CPU", format!("{} of {dt}", ctx.op.name()))))
 }
 
 /// `dst[i] = f(src[i])` over this thread's rows; `src` and `dst` have the

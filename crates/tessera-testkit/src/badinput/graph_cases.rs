@@ -8,7 +8,7 @@
 //! computable and, for a view, inside its root's memory.
 
 use proptest::prelude::*;
-use tessera::{DType, GluOp, Graph, Layout, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera::{DType, GluOp, Graph, Layout, RopeMode, RopeParams, SortOrder, TensorId, UnaryOp};
 
 use super::strategies::{dtype, extent, float_param, offset, raw_layout, sample, shape, stride};
 use super::{Case, Stop, ensure};
@@ -46,7 +46,7 @@ pub(super) struct Spec {
     pub(super) layout: Layout,
 }
 
-pub(super) const KINDS: [&str; 40] = [
+pub(super) const KINDS: [&str; 51] = [
     "dup",
     "cont",
     "cpy",
@@ -87,6 +87,17 @@ pub(super) const KINDS: [&str; 40] = [
     "node",
     "memory_root",
     "describe_node",
+    "sub",
+    "sqr",
+    "sqrt",
+    "clamp",
+    "softcap",
+    "l2_norm",
+    "repeat",
+    "pad",
+    "pad_ext",
+    "argsort",
+    "top_k",
 ];
 
 pub(super) fn spec() -> impl Strategy<Value = Spec> {
@@ -219,8 +230,15 @@ pub(super) fn apply(
         UnaryOp::Relu,
         UnaryOp::Tanh,
         UnaryOp::Exp,
-    ][e0 % 7];
-    let glu = [GluOp::SwiGlu, GluOp::GeGlu, GluOp::ReGlu, GluOp::GeGluErf][e1 % 4];
+        UnaryOp::GeluQuick,
+    ][e0 % 8];
+    let glu = [
+        GluOp::SwiGlu,
+        GluOp::GeGlu,
+        GluOp::ReGlu,
+        GluOp::GeGluErf,
+        GluOp::GeGluQuick,
+    ][e1 % 5];
     let opt = |flag: bool, id: TensorId| flag.then_some(id);
     let id = match KINDS[s.kind] {
         "dup" => g.dup(a)?,
@@ -241,6 +259,24 @@ pub(super) fn apply(
         "add" => g.add(a, b)?,
         "mul" => g.mul(a, b)?,
         "div" => g.div(a, b)?,
+        "sub" => g.sub(a, b)?,
+        "sqr" => g.sqr(a)?,
+        "sqrt" => g.sqrt(a)?,
+        "clamp" => g.clamp(a, f0, f1)?,
+        "softcap" => g.softcap(a, f0)?,
+        "l2_norm" => g.l2_norm(a, f0)?,
+        "repeat" => g.repeat(a, b)?,
+        "pad" => g.pad(a, s.ext)?,
+        "pad_ext" => g.pad_ext(a, s.ext, s.nb)?,
+        "argsort" => g.argsort(
+            a,
+            if s.flag {
+                SortOrder::Desc
+            } else {
+                SortOrder::Asc
+            },
+        )?,
+        "top_k" => g.top_k(a, e0)?,
         "scale" => g.scale(a, f0)?,
         "scale_bias" => g.scale_bias(a, f0, f1)?,
         "unary" => g.unary(a, unary)?,

@@ -1,4 +1,4 @@
-//! Element-wise cases: ADD/MUL/DIV (broadcast, mixed types, strided
+//! Element-wise cases: ADD/MUL/DIV/SUB (broadcast, mixed types, strided
 //! operands), SCALE, every UNARY function and every GLU (fused, swapped, split)
 //! over F32/F16/BF16.
 
@@ -20,6 +20,7 @@ enum Bin {
     Add,
     Mul,
     Div,
+    Sub,
 }
 
 impl Bin {
@@ -28,6 +29,7 @@ impl Bin {
             Bin::Add => "ADD",
             Bin::Mul => "MUL",
             Bin::Div => "DIV",
+            Bin::Sub => "SUB",
         }
     }
 
@@ -36,6 +38,7 @@ impl Bin {
             Bin::Add => g.add(a, b),
             Bin::Mul => g.mul(a, b),
             Bin::Div => g.div(a, b),
+            Bin::Sub => g.sub(a, b),
         }
     }
 
@@ -137,7 +140,7 @@ fn binary_cases(v: &mut Vec<Case>) {
         ([129, 2, 1, 1], [1, 2, 1, 1]),
         ([4096, 3, 1, 1], [4096, 1, 1, 1]),
     ];
-    for op in [Bin::Add, Bin::Mul, Bin::Div] {
+    for op in [Bin::Add, Bin::Mul, Bin::Div, Bin::Sub] {
         for t in FLOATS {
             for (na, nb) in shapes {
                 push_binary(v, op, t, t, na, nb, Mem::Contiguous, Mem::Contiguous);

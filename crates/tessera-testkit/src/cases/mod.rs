@@ -19,6 +19,7 @@ mod elementwise;
 mod index;
 mod init;
 mod matmul;
+mod more;
 mod norm;
 
 use std::fmt;
@@ -217,6 +218,7 @@ pub fn catalogue() -> Vec<Case> {
     index::cases(&mut v);
     elementwise::cases(&mut v);
     norm::cases(&mut v);
+    more::cases(&mut v);
     matmul::cases(&mut v);
     attention::cases(&mut v);
     v

@@ -1,5 +1,5 @@
-//! Element-wise ops of the reference: ADD/MUL/DIV with broadcasting, SCALE,
-//! UNARY and GLU (fused, swapped and split), in f64.
+//! Element-wise ops of the reference: ADD/SUB/MUL/DIV with broadcasting,
+//! SCALE, SQR, SQRT, CLAMP, UNARY and GLU (fused, swapped and split), in f64.
 
 use tessera::{Error, GluOp, Result, UnaryOp};
 
@@ -15,6 +15,8 @@ pub enum Binary {
     Mul,
     /// `a / b`.
     Div,
+    /// `a - b`.
+    Sub,
 }
 
 /// `a op b` with `b` repeated to `a`'s extents (ggml's `ggml_can_repeat`:
@@ -42,6 +44,7 @@ pub fn binary(op: Binary, a: &Dense, b: &Dense) -> Result<Dense> {
                         Binary::Add => x + y,
                         Binary::Mul => x * y,
                         Binary::Div => x / y,
+                        Binary::Sub => x - y,
                     };
                     k += 1;
                 }
@@ -66,7 +69,27 @@ pub fn unary_fn(f: UnaryOp, x: f64) -> f64 {
         UnaryOp::Relu => relu(x),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Exp => x.exp(),
+        // ggml's constant is the f32 -1.702f.
+        UnaryOp::GeluQuick => x / (1.0 + (f64::from(-1.702f32) * x).exp()),
     }
+}
+
+/// `x^2` element-wise.
+pub fn sqr(a: &Dense) -> Dense {
+    map(a, |x| x * x)
+}
+
+/// `sqrt(x)` element-wise.
+pub fn sqrt(a: &Dense) -> Dense {
+    map(a, f64::sqrt)
+}
+
+/// ggml's `MAX(MIN(x, max), min)` with C's comparisons element-wise.
+pub fn clamp(a: &Dense, min: f64, max: f64) -> Dense {
+    map(a, |x| {
+        let t = if x < max { x } else { max };
+        if t > min { t } else { min }
+    })
 }
 
 /// `f(a)` element-wise.
@@ -145,6 +168,8 @@ mod tests {
         assert_eq!(s.data, vec![11., 22., 13., 24., 15., 26., 17., 28.]);
         let col = d([1, 2, 1, 1], &[2., 4.]);
         let q = binary(Binary::Div, &a, &col).unwrap();
+        let m = binary(Binary::Sub, &a, &col).unwrap();
+        assert_eq!(m.data, vec![-1., 0., 1., 2., 1., 2., 3., 4.]);
         assert_eq!(q.data, vec![0.5, 1., 1.5, 2., 1.25, 1.5, 1.75, 2.]);
         assert!(binary(Binary::Mul, &a, &d([3, 1, 1, 1], &[1., 1., 1.])).is_err());
     }
@@ -170,6 +195,11 @@ mod tests {
     fn unary_functions_at_known_points() {
         assert_eq!(unary_fn(UnaryOp::Relu, -0.5), 0.0);
         assert_eq!(unary_fn(UnaryOp::Sigmoid, 0.0), 0.5);
+        assert_eq!(unary_fn(UnaryOp::GeluQuick, 0.0), 0.0);
+        let gq = 2.0 / (1.0 + (-1.702f32 as f64 * 2.0).exp());
+        assert!((unary_fn(UnaryOp::GeluQuick, 2.0) - gq).abs() < 1e-15);
+        let c = clamp(&d([4, 1, 1, 1], &[-2., 0.5, 3., f64::NAN]), -1.0, 1.0);
+        assert_eq!(c.data, vec![-1., 0.5, 1., 1.]);
         // gelu(x) -> x for large x, and gelu_erf(1) = 0.5 (1 + erf(1/sqrt 2)).
         assert!((unary_fn(UnaryOp::Gelu, 8.0) - 8.0).abs() < 1e-12);
         let ge = 0.5 * (1.0 + 0.682_689_492_137_085_9);

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod rope;
 pub mod rows;
 pub mod scalar;
+pub mod tile;
 
 use std::ops::Range;
 
@@ -72,6 +73,21 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         Op::Add => elementwise::binary(Binary::Add, &load(mem, 0)?, &load(mem, 1)?)?,
         Op::Mul => elementwise::binary(Binary::Mul, &load(mem, 0)?, &load(mem, 1)?)?,
         Op::Div => elementwise::binary(Binary::Div, &load(mem, 0)?, &load(mem, 1)?)?,
+        Op::Sub => elementwise::binary(Binary::Sub, &load(mem, 0)?, &load(mem, 1)?)?,
+        Op::Sqr => elementwise::sqr(&load(mem, 0)?),
+        Op::Sqrt => elementwise::sqrt(&load(mem, 0)?),
+        Op::Clamp { min, max } => {
+            elementwise::clamp(&load(mem, 0)?, f64::from(min), f64::from(max))
+        }
+        Op::L2Norm { eps } => rows::l2_norm(&load(mem, 0)?, f64::from(eps))?,
+        Op::Repeat => tile::repeat(&load(mem, 0)?, node.layout.ne)?,
+        Op::Pad { lp, rp } => tile::pad(
+            &load(mem, 0)?,
+            lp.map(|p| p as usize),
+            rp.map(|p| p as usize),
+        )?,
+        Op::Argsort { order } => tile::argsort(&load(mem, 0)?, order)?,
+        Op::TopK => tile::top_k(&load(mem, 0)?, node.layout.ne[0])?,
         Op::Scale { scale, bias } => {
             elementwise::scale(&load(mem, 0)?, f64::from(scale), f64::from(bias))
         }

@@ -1,5 +1,5 @@
-//! Row-wise ops of the reference: RMS_NORM, NORM, SUM_ROWS, ARGMAX and
-//! SOFT_MAX (scale, broadcast mask, ALiBi), in f64.
+//! Row-wise ops of the reference: RMS_NORM, NORM, L2_NORM, SUM_ROWS, ARGMAX
+//! and SOFT_MAX (scale, broadcast mask, ALiBi), in f64.
 
 use tessera::{Error, Result};
 
@@ -35,6 +35,15 @@ pub fn norm(a: &Dense, eps: f64) -> Result<Dense> {
         let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
         let s = 1.0 / (var + eps).sqrt();
         y.iter_mut().zip(x).for_each(|(o, v)| *o = (v - mean) * s);
+    })
+}
+
+/// `x / max(sqrt(sum x^2), eps)` per row.
+pub fn l2_norm(a: &Dense, eps: f64) -> Result<Dense> {
+    map_rows(a, |x, y| {
+        let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let s = 1.0 / norm.max(eps);
+        y.iter_mut().zip(x).for_each(|(o, v)| *o = v * s);
     })
 }
 

@@ -1,4 +1,4 @@
-// binary.wgsl: ADD, MUL, DIV (iu.x = 0, 1, 2) with src1 broadcast by
+// binary.wgsl: ADD, MUL, DIV, SUB (iu.x = 0, 1, 2, 3) with src1 broadcast by
 // repetition along every dimension; computed in f32, stored in dst's type.
 
 @compute @workgroup_size(256)
@@ -15,6 +15,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     switch P.iu.x {
         case 0u: { r = a + b; }
         case 1u: { r = a * b; }
+        case 3u: { r = a - b; }
         default: { r = a / b; }
     }
     d_st(P.off.x + offset_of(i, P.nb_d), r);

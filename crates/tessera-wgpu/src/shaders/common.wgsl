@@ -195,7 +195,13 @@ fn act_tanh(x: f32) -> f32 {
     return sign(x) * (1.0 - e) / (1.0 + e);
 }
 
-// Unary function `f` (UnaryOp order: silu, gelu, gelu_erf, sigmoid, relu, tanh, exp).
+// x * sigmoid(1.702 x), as ggml's ggml_gelu_quick_f32.
+fn act_gelu_quick(x: f32) -> f32 {
+    return x * (1.0 / (1.0 + exp(-1.702 * x)));
+}
+
+// Unary function `f` (UnaryOp order: silu, gelu, gelu_erf, sigmoid, relu,
+// tanh, exp, gelu_quick).
 fn unary_fn(f: u32, x: f32) -> f32 {
     switch f {
         case 0u: { return act_silu(x); }
@@ -204,6 +210,7 @@ fn unary_fn(f: u32, x: f32) -> f32 {
         case 3u: { return act_sigmoid(x); }
         case 4u: { return select(0.0, x, x > 0.0); }
         case 5u: { return act_tanh(x); }
+        case 7u: { return act_gelu_quick(x); }
         default: { return exp(x); }
     }
 }

@@ -1,5 +1,6 @@
 // index.wgsl: GET_ROWS (iu.x = 0), SET_ROWS into float types (1) and into
-// quantized types (2, one item per block of iu.z values), CONCAT (3, along dim iu.y). Row ids
+// quantized types (2, one item per block of iu.z values), CONCAT (3, along dim iu.y),
+// REPEAT (4: src0 tiled) and PAD (5: zeros before (iu2) and around src0). Row ids
 // are clamped into the indexed tensor, so a bad id cannot reach memory
 // outside it. iu.z: block size of src0 (GET_ROWS).
 
@@ -47,6 +48,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 qbuf[k] = s0_ld(src + k * es);
             }
             store_block(dst);
+        }
+        case 4u: {
+            let i = unravel(t, P.ne_d);
+            d_straw(P.off.x + offset_of(i, P.nb_d), s0_raw(P.off.y + offset_of(i % P.ne_0, P.nb_0)));
+        }
+        case 5u: {
+            let i = unravel(t, P.ne_d);
+            let dst = P.off.x + offset_of(i, P.nb_d);
+            // Below the left padding the subtraction wraps to a huge index.
+            let j = i - P.iu2;
+            if (all(i >= P.iu2) && all(j < P.ne_0)) {
+                d_straw(dst, s0_raw(P.off.y + offset_of(j, P.nb_0)));
+            } else {
+                d_straw(dst, 0u);
+            }
         }
         default: {
             let i = unravel(t, P.ne_d);

@@ -1,6 +1,6 @@
 // rows.wgsl: one workgroup per row of src0. iu.x: 0 RMS_NORM, 1 NORM,
 // 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
-// iu.y = 1), 4 ARGMAX (ties: the last index, as ggml).
+// iu.y = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x).
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -127,9 +127,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var s = 0.0;
     for (var i = l; i < n; i = i + 256u) {
         let x = s0_ld(x_row + i * P.nb_0.x);
-        s = s + select(x, x * x, mode == 0u);
+        s = s + select(x, x * x, mode == 0u || mode == 5u);
     }
     s = reduce_sum(l, s);
+    if (mode == 5u) {
+        let scale = 1.0 / max(sqrt(s), P.fp.x);
+        for (var i = l; i < n; i = i + 256u) {
+            d_st(d_row + i * P.nb_d.x, s0_ld(x_row + i * P.nb_0.x) * scale);
+        }
+        return;
+    }
     if (mode == 2u) {
         if (l == 0u) {
             d_st(d_row, s);

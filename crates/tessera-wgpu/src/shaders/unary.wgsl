@@ -1,5 +1,6 @@
-// unary.wgsl: UNARY functions (iu.x = 0..6, see unary_fn) and SCALE
-// (iu.x = 7: x * fp.x + fp.y), element-wise in f32.
+// unary.wgsl: UNARY functions (iu.x = 0..7, see unary_fn), SCALE
+// (iu.x = 64: x * fp.x + fp.y), SQR (65), SQRT (66) and CLAMP (67: ggml's
+// MAX(MIN(x, fp.y), fp.x), a NaN becomes the upper bound), element-wise in f32.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -11,10 +12,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = unravel(t, P.ne_d);
     let x = s0_ld(P.off.y + offset_of(i, P.nb_0));
     var r: f32;
-    if (P.iu.x == 7u) {
-        r = x * P.fp.x + P.fp.y;
-    } else {
-        r = unary_fn(P.iu.x, x);
+    switch P.iu.x {
+        case 64u: { r = x * P.fp.x + P.fp.y; }
+        case 65u: { r = x * x; }
+        case 66u: { r = sqrt(x); }
+        case 67u: {
+            let t = select(P.fp.y, x, x < P.fp.y);
+            r = select(P.fp.x, t, t > P.fp.x);
+        }
+        default: { r = unary_fn(P.iu.x, x); }
     }
     d_st(P.off.x + offset_of(i, P.nb_d), r);
 }
