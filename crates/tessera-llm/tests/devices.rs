@@ -1,0 +1,128 @@
+//! The decoders on the wgpu device (Mesa's lavapipe in CI) and split across
+//! the GPU and the CPU (layer 0 on the CPU, the rest on the GPU, the
+//! scheduler copying between them), against llama.cpp's references on the
+//! same synthetic files (`tests/data/synthetic.ref`, F32 weights): the same
+//! greedy tokens and logits within 1e-3 of the largest. Without a GPU
+//! adapter the test says so and passes, unless `TESSERA_REQUIRE_GPU=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use tessera::{BufferType, DType, Device, Registry, StreamOptions};
+use tessera_gguf::GgufFile;
+use tessera_llm::synthetic::{SyntheticSpec, write};
+use tessera_llm::weights::{WeightPlacement, layer_of};
+use tessera_llm::{Arch, Model, Session, SessionOptions};
+
+/// Layers from `first_gpu` on (and the output) on the GPU.
+struct Split {
+    gpu: Arc<dyn BufferType>,
+    cpu: Arc<dyn BufferType>,
+    first_gpu: usize,
+}
+
+impl WeightPlacement for Split {
+    fn buffer_type(&self, name: &str) -> Arc<dyn BufferType> {
+        match layer_of(name) {
+            Some(l) if l < self.first_gpu => self.cpu.clone(),
+            _ => self.gpu.clone(),
+        }
+    }
+}
+
+fn gpu() -> Option<Arc<dyn Device>> {
+    tessera_cpu::register();
+    tessera_wgpu::register();
+    let d = Registry::global()
+        .devices()
+        .into_iter()
+        .find(|d| d.family_name() != "CPU");
+    if d.is_none() {
+        assert!(
+            std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "TESSERA_REQUIRE_GPU=1 but no GPU adapter"
+        );
+        eprintln!("skipped: no GPU adapter");
+    }
+    d
+}
+
+#[test]
+fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
+    let Some(gpu) = gpu() else { return };
+    let cpu = Registry::global().device_by_name("cpu").unwrap();
+    let models = common::llama_models_dir();
+    let text = include_str!("data/synthetic.ref");
+    // (arch, vocab, prompt, greedy, logits) of the F32 models.
+    let mut refs = Vec::new();
+    let mut lines = text.lines().filter(|l| !l.starts_with('#')).peekable();
+    while let Some(l) = lines.next() {
+        let Some(m) = l.strip_prefix("model: ") else {
+            continue;
+        };
+        let w: Vec<&str> = m.split_whitespace().collect();
+        let mut get = |key: &str| {
+            let l = lines.next().unwrap();
+            assert!(l.starts_with(key), "{l}");
+            l[key.len()..]
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let (prompt, logits, greedy) = (get("prompt:"), get("logits:"), get("greedy:"));
+        if w[1] == "f32" {
+            refs.push((w[0].to_string(), w[2].to_string(), prompt, greedy, logits));
+        }
+    }
+    assert_eq!(refs.len(), 4);
+    for (arch, vocab, prompt, greedy, logits) in refs {
+        let prompt: Vec<u32> = prompt.iter().map(|x| x.parse().unwrap()).collect();
+        let greedy: Vec<u32> = greedy.iter().take(8).map(|x| x.parse().unwrap()).collect();
+        let logits: Vec<f32> = logits.iter().map(|x| x.parse().unwrap()).collect();
+        let vocab = GgufFile::open(models.join(format!("ggml-vocab-{vocab}.gguf"))).unwrap();
+        let spec = SyntheticSpec::small(Arch::from_name(&arch).unwrap(), DType::F32);
+        let bytes = write(&spec, &vocab).unwrap().to_bytes().unwrap();
+        for first_gpu in [0, 1] {
+            let place = Split {
+                gpu: gpu.buffer_type(),
+                cpu: cpu.buffer_type(),
+                first_gpu,
+            };
+            let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+            let model = Arc::new(Model::load(file, &place, &mut |_, _| {}).unwrap());
+            let streams = vec![
+                gpu.new_stream(&StreamOptions::new()).unwrap(),
+                cpu.new_stream(&StreamOptions::new().threads(2)).unwrap(),
+            ];
+            let opts = SessionOptions {
+                n_ctx: prompt.len() + greedy.len(),
+                ..SessionOptions::default()
+            };
+            let mut s = Session::new(model, streams, opts).unwrap();
+            let mut l = s.decode(&prompt).unwrap();
+            let scale = logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in l.iter().zip(&logits).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-3 * scale,
+                    "{arch} (first GPU layer {first_gpu}): logit {i}: {a} vs {b}"
+                );
+            }
+            let mut got = Vec::new();
+            for _ in 0..greedy.len() {
+                let best = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
+                got.push(best);
+                l = s.decode(&[best]).unwrap();
+            }
+            assert_eq!(got, greedy, "{arch} (first GPU layer {first_gpu})");
+            if first_gpu == 1 {
+                assert!(
+                    s.scheduler().n_splits() >= 2,
+                    "{arch}: the split graph has a CPU and a GPU part"
+                );
+            }
+        }
+    }
+}
