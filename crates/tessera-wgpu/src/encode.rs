@@ -29,12 +29,15 @@ use crate::wgsl::Binding;
 /// of each destination type (a kernel compiles only the one it uses).
 macro_rules! with_store {
     ($name:ident, $file:literal) => {
-        const $name: [&str; 5] = [
+        const $name: [&str; 8] = [
     with_store!(@ "store_none.wgsl", $file),
     with_store!(@ "store_q8_0.wgsl", $file),
     with_store!(@ "store_q4_0.wgsl", $file),
     with_store!(@ "store_q4_k.wgsl", $file),
     with_store!(@ "store_q6_k.wgsl", $file),
+    with_store!(@ "store_q4_1.wgsl", $file),
+    with_store!(@ "store_q5_0.wgsl", $file),
+    with_store!(@ "store_q5_1.wgsl", $file),
         ];
     };
     (@ $store:literal, $file:literal) => {
@@ -50,12 +53,15 @@ with_store!(COPY, "copy.wgsl");
 with_store!(INDEX, "index.wgsl");
 
 /// The variant of a `with_store!` body for destination type `dtype`.
-fn for_dst(bodies: &[&'static str; 5], dtype: DType) -> &'static str {
+fn for_dst(bodies: &[&'static str; 8], dtype: DType) -> &'static str {
     match dtype {
         DType::Q8_0 => bodies[1],
         DType::Q4_0 => bodies[2],
         DType::Q4K => bodies[3],
         DType::Q6K => bodies[4],
+        DType::Q4_1 => bodies[5],
+        DType::Q5_0 => bodies[6],
+        DType::Q5_1 => bodies[7],
         _ => bodies[0],
     }
 }

@@ -15,16 +15,21 @@
 use tessera::{DType, Graph, Layout, MAX_SRC, Op, TensorId};
 
 /// Quantized types the kernels read.
-pub const QUANT_READ: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+pub const QUANT_READ: [DType; 7] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q4K,
+    DType::Q6K,
+];
 
 /// Quantized types the kernels write (CPY and SET_ROWS from F32).
-pub const QUANT_WRITE: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+pub const QUANT_WRITE: [DType; 7] = QUANT_READ;
 
 /// Longest V row of FLASH_ATTN_EXT (64 threads x 8 columns).
 pub const FLASH_ATTN_MAX_DV: usize = 512;
-
-/// MUL_MAT weight types the CPU multiplies but no WGSL kernel reads yet.
-const MUL_MAT_NO_KERNEL: [DType; 3] = [DType::Q4_1, DType::Q5_0, DType::Q5_1];
 
 /// Types REPEAT and PAD copy (raw 2- and 4-byte elements).
 fn tile_type(t: DType) -> bool {
@@ -256,7 +261,6 @@ fn set_rows_ok(d: &Layout, rows: &Layout, ids: &Layout) -> bool {
 
 fn mul_mat_ok(a: &Layout, b: &Layout) -> bool {
     tessera::MUL_MAT_WEIGHT_TYPES.contains(&a.dtype)
-        && !MUL_MAT_NO_KERNEL.contains(&a.dtype)
         && b.dtype == DType::F32
         && a.ne[0] == b.ne[0]
         && rows_ok(a)

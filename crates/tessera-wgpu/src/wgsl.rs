@@ -191,6 +191,28 @@ fn dequant_body(x: &str, dtype: DType) -> String {
              \x20   let n = select(q & 15u, q >> 4u, j >= 16u);\n\
              \x20   return f32(i32(n) - 8) * d;"
         ),
+        DType::Q4_1 => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let m = f16_to_f32({x}_h(blk + 2u));\n\
+             \x20   let q = {x}_b(blk + 4u + (j & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, j >= 16u);\n\
+             \x20   return nofma(f32(n) * d) + m;"
+        ),
+        DType::Q5_0 => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let qh = {x}_h(blk + 2u) | ({x}_h(blk + 4u) << 16u);\n\
+             \x20   let q = {x}_b(blk + 6u + (j & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, j >= 16u) | (((qh >> j) & 1u) << 4u);\n\
+             \x20   return f32(i32(n) - 16) * d;"
+        ),
+        DType::Q5_1 => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let m = f16_to_f32({x}_h(blk + 2u));\n\
+             \x20   let qh = {x}_h(blk + 4u) | ({x}_h(blk + 6u) << 16u);\n\
+             \x20   let q = {x}_b(blk + 8u + (j & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, j >= 16u) | (((qh >> j) & 1u) << 4u);\n\
+             \x20   return nofma(f32(n) * d) + m;"
+        ),
         DType::Q4K => format!(
             "    let d = f16_to_f32({x}_h(blk));\n\
              \x20   let dmin = f16_to_f32({x}_h(blk + 2u));\n\

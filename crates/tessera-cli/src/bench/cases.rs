@@ -82,7 +82,16 @@ fn base(name: String, ggml: String, leaves: Vec<Leaf>, build: BuildFn, bytes: f6
 pub fn all_cases() -> Vec<PerfCase> {
     let mut v = Vec::new();
     for n in [1usize, 8, 512] {
-        for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4K] {
+        for t in [
+            DType::F32,
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q4K,
+        ] {
             v.push(mul_mat(t, 4096, n, 14336));
         }
     }
