@@ -135,9 +135,13 @@ impl WeightPlacement for LayerSplit {
         let Some(gpu) = &self.gpu else {
             return self.cpu.clone();
         };
+        // The token embeddings stay on the CPU, as llama.cpp's input layer
+        // does (GET_ROWS reads a few rows; the matrix can exceed a GPU's
+        // largest buffer: 178 MB for Gemma 3's 262,144 rows). A model that
+        // ties its output to them multiplies by them there.
         let on_gpu = match layer_of(name) {
             Some(il) => il >= self.first_gpu,
-            None => self.output_gpu && (name.starts_with("output") || name == "token_embd.weight"),
+            None => self.output_gpu && name.starts_with("output"),
         };
         if on_gpu {
             gpu.clone()

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tessera::alloc::alloc_tensors;
-use tessera::{Buffer, BufferType, BufferUsage, Error, Layout, Result, Tensor};
+use tessera::{BufferType, BufferUsage, Error, Layout, Result, Tensor};
 use tessera_gguf::GgufFile;
 
 /// Which buffer type holds each weight, by its GGUF name.
@@ -36,8 +36,8 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 #[derive(Debug)]
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
-    /// The buffers holding them (kept alive with the tensors).
-    buffers: Vec<Arc<dyn Buffer>>,
+    /// Bytes of the tensors bound per buffer type name.
+    sizes: Vec<(String, usize)>,
 }
 
 impl Weights {
@@ -50,7 +50,6 @@ impl Weights {
         progress: Progress,
     ) -> Result<Weights> {
         let mut tensors = HashMap::new();
-        let mut buffers = Vec::new();
         // Group the tensors by buffer type (by name; the same type object
         // comes back for the same device).
         let mut groups: Vec<(Arc<dyn BufferType>, Vec<&tessera_gguf::TensorInfo>)> = Vec::new();
@@ -71,13 +70,18 @@ impl Weights {
             .map(|t| t.nbytes.unwrap_or(0) as u64)
             .sum();
         let mut done = 0u64;
+        let mut sizes = Vec::new();
         for (buft, infos) in groups {
+            let bytes = infos.iter().map(|t| t.nbytes.unwrap_or(0)).sum::<usize>();
+            sizes.push((buft.name().to_string(), bytes));
             if buft.is_host() {
                 let data = file.data_buffer(buft);
+                // Weights: the scheduler runs the ops that read them where
+                // they are (ggml's rule), unless op offload moves them.
+                data.set_usage(BufferUsage::Weights);
                 for info in infos {
                     tensors.insert(info.name.clone(), file.tensor_in(&data, &info.name)?);
                 }
-                buffers.push(data);
                 continue;
             }
             let layouts = infos
@@ -91,9 +95,8 @@ impl Weights {
                 progress(done, total);
                 tensors.insert(info.name.clone(), t.clone());
             }
-            buffers.push(set.buffer);
         }
-        Ok(Weights { tensors, buffers })
+        Ok(Weights { tensors, sizes })
     }
 
     /// Tensor `name`, or an error naming it (and the type it has when
@@ -121,16 +124,9 @@ impl Weights {
         self.tensors.get(name)
     }
 
-    /// Bytes of weights per buffer type name (uploaded or mapped).
+    /// Bytes of the weights bound in each buffer type (by name; on a host
+    /// buffer type these are views of the mapped file, not copies).
     pub fn bytes_by_buffer_type(&self) -> Vec<(String, usize)> {
-        let mut out: Vec<(String, usize)> = Vec::new();
-        for b in &self.buffers {
-            let name = b.buffer_type().name().to_string();
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, s)) => *s += b.size(),
-                None => out.push((name, b.size())),
-            }
-        }
-        out
+        self.sizes.clone()
     }
 }

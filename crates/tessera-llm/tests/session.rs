@@ -40,6 +40,23 @@ fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
     Session::new(Arc::new(model), vec![stream], opts).unwrap()
 }
 
+/// Weights bound zero-copy over the file are tagged as weights, so the
+/// scheduler runs the ops that read them where they are (a buffer of
+/// unspecified use made it copy a 178 MB embedding to the GPU).
+#[test]
+fn weights_are_tagged_as_weights() {
+    let s = session(Arch::Gemma3, 32, 512);
+    let m = s.model();
+    for name in [
+        "token_embd.weight",
+        "blk.0.attn_q.weight",
+        "output_norm.weight",
+    ] {
+        let t = m.weights().get(m.file(), name).unwrap();
+        assert_eq!(t.buffer().usage(), tessera::BufferUsage::Weights, "{name}");
+    }
+}
+
 #[test]
 fn decoding_reuses_the_plan() {
     let mut s = session(Arch::Llama, 64, 512);
