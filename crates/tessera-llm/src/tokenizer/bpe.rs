@@ -7,15 +7,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::symbols::{Sym, char_symbols};
 use super::{Bpe, Vocab, pretok};
-
-#[derive(Clone, Copy, Debug)]
-struct Sym {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 #[derive(Debug)]
 struct Bigram {
@@ -64,16 +57,7 @@ fn tokenize_word(vocab: &Vocab, bpe: Bpe, word: &str, out: &mut Vec<u32>) {
         out.push(id);
         return;
     }
-    let mut syms: Vec<Sym> = Vec::new();
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        let len = c.len_utf8();
-        syms.push(Sym {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: (start + len < word.len()).then_some(i + 1),
-        });
-    }
+    let mut syms = char_symbols(word);
     let piece = |s: &Sym| word.get(s.start..s.start + s.len).unwrap_or("");
     let mut queue = BinaryHeap::new();
     let add = |syms: &[Sym], queue: &mut BinaryHeap<Bigram>, l: Option<usize>, r: Option<usize>| {

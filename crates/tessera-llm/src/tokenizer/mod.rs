@@ -18,6 +18,7 @@ mod detok;
 mod load;
 mod pretok;
 mod spm;
+mod symbols;
 mod unicode;
 mod unicode_data;
 mod unicode_data_wpm;

@@ -8,14 +8,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::Vocab;
-
-#[derive(Clone, Copy, Debug)]
-struct Sym {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
+use super::symbols::{Sym, char_symbols};
 
 #[derive(Debug)]
 struct Bigram {
@@ -48,16 +41,7 @@ impl Eq for Bigram {}
 
 /// Append the tokens of `text` (already whitespace-escaped) to `out`.
 pub(super) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
-    let mut syms: Vec<Sym> = Vec::new();
-    for (i, (start, c)) in text.char_indices().enumerate() {
-        let len = c.len_utf8();
-        syms.push(Sym {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: (start + len < text.len()).then_some(i + 1),
-        });
-    }
+    let mut syms = char_symbols(text);
     if syms.is_empty() {
         return;
     }
