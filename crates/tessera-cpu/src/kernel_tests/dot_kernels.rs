@@ -16,7 +16,7 @@
 use crate::isa::Isa;
 use crate::kernels::act_quant::convert_row;
 use crate::kernels::dot::{
-    TILE_COLS, TILE_ROWS, TileFn, scalar_dot_fn, tile_fn, tile_kernels, vec_dot_type,
+    TILE_COLS, TILE_ROWS, TileFn, gemv_fn, scalar_dot_fn, tile_fn, tile_kernels, vec_dot_type,
 };
 use tessera::DType;
 
@@ -245,6 +245,68 @@ fn tiles_ignore_extra_bytes_and_pair_blocks_from_the_start() {
             // An empty row makes every result of the call an empty sum.
             tile(&[&x, &[]], &[&y], &mut out);
             assert_eq!(out[0][0], 0.0, "{name} {t}");
+        }
+    }
+}
+
+/// The many-row products (`dot::gemv_fn`): every weight type with one, row
+/// counts around the group size, rows padded apart (a stride larger than a
+/// row), against the f64 reference; rows that do not fit in the slice given
+/// are left untouched.
+#[test]
+fn gemv_matches_the_reference_and_stays_in_its_slice() {
+    let mut rng = Rng(23);
+    for f32_act in [false, true] {
+        for t in TYPES {
+            let Some(gemv) = gemv_fn(t, Isa::Avx2, f32_act) else {
+                continue;
+            };
+            let yt = if f32_act {
+                DType::F32
+            } else {
+                vec_dot_type(t).unwrap()
+            };
+            let bs = t.block_size().max(yt.block_size());
+            for (blocks, rows) in [(1usize, 1usize), (3, 4), (9, 7), (17, 13), (5, 64)] {
+                let n = blocks * bs.max(8);
+                let row_bytes = t.row_size(n).unwrap();
+                let stride = row_bytes + 24;
+                let xs: Vec<Vec<u8>> = (0..rows).map(|_| weight_row(t, n, &mut rng)).collect();
+                let mut a = vec![0xA5u8; stride * rows];
+                for (i, x) in xs.iter().enumerate() {
+                    a[i * stride..i * stride + row_bytes].copy_from_slice(x);
+                }
+                let acts: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+                let y = act_rows(yt, &[acts]).remove(0);
+                let mut out = vec![f32::NAN; rows + 1];
+                // The last row is cut short: it must not be computed.
+                let len = (rows - 1) * stride + row_bytes;
+                gemv(&a[..len], stride, &y, &mut out[..rows]);
+                for (r, x) in xs.iter().enumerate() {
+                    let (want, mag) = reference(t, x, yt, &y, n);
+                    let got = f64::from(out[r]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag + 1e-30,
+                        "{t} x {yt} n={n} row {r}/{rows}: {got} vs {want}"
+                    );
+                }
+                assert!(out[rows].is_nan(), "{t}: wrote past the rows asked for");
+                let mut short = vec![f32::NAN; rows];
+                gemv(&a[..len - 1], stride, &y, &mut short);
+                assert!(
+                    short[rows - 1].is_nan(),
+                    "{t}: computed a row that is not whole in the slice"
+                );
+                // (Grouping may differ at the new tail: f32 tiles of one
+                // and of four rows order their lanes differently.)
+                for (r, (s, o)) in short.iter().zip(&out).take(rows - 1).enumerate() {
+                    let (_, mag) = reference(t, &xs[r], yt, &y, n);
+                    assert!(
+                        f64::from((s - o).abs()) <= 2e-5 * mag + 1e-30,
+                        "{t}: row {r} {s} vs {o}"
+                    );
+                }
+            }
         }
     }
 }

@@ -73,6 +73,66 @@ pub(crate) fn for_each_subtile(
     }
 }
 
+/// A matrix-vector product over many rows (token generation's MUL_MAT):
+/// `out[i] = dot(a[i * stride..][..row], y)` for every `i < out.len()`,
+/// where `row` is the bytes of the weights matching the whole units of `y`.
+/// Rows that would run past the end of `a` are left as they are (callers
+/// pass slices that hold them all). One call covers a whole chunk of rows,
+/// so the per-call work of a [`TileFn`] (checking and cutting the rows,
+/// dispatching on their count) is paid once per chunk, not per four rows.
+pub type GemvFn = fn(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]);
+
+/// The shared body of the SIMD [`GemvFn`]s: rows of `a` (`stride` bytes
+/// apart) go `R` at a time to `group`, the rest one at a time to `one`, each
+/// with pointers to rows holding `n` whole units (`xu` bytes each; `n` is
+/// the number of whole `yu`-byte units of `y`), and their results are stored
+/// in `out`.
+#[inline(always)]
+pub(crate) fn gemv_rows<const R: usize>(
+    a: &[u8],
+    stride: usize,
+    y: &[u8],
+    out: &mut [f32],
+    (xu, yu): (usize, usize),
+    mut group: impl FnMut([*const u8; R], usize) -> [f32; R],
+    mut one: impl FnMut(*const u8, usize) -> f32,
+) {
+    let n = y.len() / yu.max(1);
+    let row = n * xu;
+    // Rows that lie whole in `a`.
+    let fit = match a.len().checked_sub(row) {
+        Some(room) if stride > 0 => room / stride + 1,
+        Some(_) => usize::MAX,
+        None => 0,
+    };
+    let rows = out.len().min(fit);
+    let base = a.as_ptr();
+    let mut i = 0;
+    while i + R <= rows {
+        let xp: [*const u8; R] = std::array::from_fn(|r| base.wrapping_add((i + r) * stride));
+        let res = group(xp, n);
+        out[i..i + R].copy_from_slice(&res);
+        i += R;
+    }
+    while i < rows {
+        out[i] = one(base.wrapping_add(i * stride), n);
+        i += 1;
+    }
+}
+
+/// The many-row product of `weights` with [`vec_dot_type`] activations
+/// (`f32_act` false) or f32 ones ([`tile_f32_fn`]) for `isa`, where the ISA
+/// has one (AVX2; AVX-512 machines keep their tiles).
+pub fn gemv_fn(weights: DType, isa: Isa, f32_act: bool) -> Option<GemvFn> {
+    if !isa.has_avx2() || super::gemv_avx512::tile_fn(weights, isa).is_some() {
+        return None;
+    }
+    if f32_act {
+        return super::gemv_avx2::gemv_f32_fn(weights);
+    }
+    super::gemv_avx2::gemv_fn(weights).or_else(|| super::gemv_avx2_q5::gemv_fn(weights))
+}
+
 /// The type activations are converted to before being dotted with rows of
 /// `weights` (ggml's `vec_dot_type`), or `None` if there is no dot product
 /// for `weights`.

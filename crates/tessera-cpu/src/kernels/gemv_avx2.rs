@@ -22,7 +22,7 @@
 
 use tessera::DType;
 
-use super::dot::{TILE_COLS, TILE_ROWS, TileFn};
+use super::dot::{GemvFn, TILE_COLS, TILE_ROWS, TileFn};
 
 /// The AVX2 tile kernel for `weights`, if there is one and the CPU has AVX2,
 /// FMA and F16C (activations in the weights' dot type).
@@ -36,6 +36,16 @@ pub fn tile_f32_fn(weights: DType) -> Option<TileFn> {
     imp::tile_f32_fn(weights)
 }
 
+/// The AVX2 many-row product for `weights` ([`GemvFn`]), where there is one.
+pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+    imp::gemv_fn(weights)
+}
+
+/// The AVX2 many-row product for `weights` with f32 activations.
+pub fn gemv_f32_fn(weights: DType) -> Option<GemvFn> {
+    imp::gemv_f32_fn(weights)
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::*;
@@ -45,6 +55,14 @@ mod imp {
     }
 
     pub fn tile_f32_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+
+    pub fn gemv_fn(_weights: DType) -> Option<GemvFn> {
+        None
+    }
+
+    pub fn gemv_f32_fn(_weights: DType) -> Option<GemvFn> {
         None
     }
 }
@@ -146,6 +164,65 @@ pub(crate) mod imp {
             }
         };
     }
+    pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::F32 => f32_gemv,
+            DType::F16 => f16_gemv,
+            DType::BF16 => bf16_gemv,
+            DType::Q4_0 => q4_0_gemv,
+            DType::Q8_0 => q8_0_gemv,
+            DType::Q4K => q4k_gemv,
+            DType::Q6K => q6k_gemv,
+            _ => return None,
+        })
+    }
+
+    pub fn gemv_f32_fn(weights: DType) -> Option<GemvFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::F16 => f16_f32_gemv,
+            DType::BF16 => bf16_f32_gemv,
+            _ => return None,
+        })
+    }
+
+    /// Defines the safe [`GemvFn`] `$safe` of tile kernel `$kernel` (units
+    /// as for `safe_tile`), `$r` rows per call.
+    macro_rules! safe_gemv {
+        ($safe:ident, $kernel:ident, $xu:expr, $yu:expr, $r:literal) => {
+            fn $safe(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+                let yp = [y.as_ptr()];
+                crate::kernels::dot::gemv_rows::<$r>(
+                    a,
+                    stride,
+                    y,
+                    out,
+                    ($xu, $yu),
+                    // SAFETY: `gemv_rows` passes rows holding `n` whole
+                    // units, and `y` holds `n` units; `gemv_fn` checked the
+                    // CPU features.
+                    |xp, n| unsafe { $kernel::<$r, 1>(xp, yp, n)[0] },
+                    // SAFETY: as above.
+                    |x, n| unsafe { $kernel::<1, 1>([x], yp, n)[0][0] },
+                );
+            }
+        };
+    }
+    safe_gemv!(q4_0_gemv, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4);
+    safe_gemv!(q8_0_gemv, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4);
+    safe_gemv!(q4k_gemv, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1);
+    safe_gemv!(q6k_gemv, q6k_tile, Q6K_BYTES, Q8K_BYTES, 1);
+    safe_gemv!(f32_gemv, f32_tile, 4, 4, 4);
+    safe_gemv!(f16_gemv, f16_tile, 2, 2, 4);
+    safe_gemv!(bf16_gemv, bf16_tile, 2, 2, 4);
+    safe_gemv!(f16_f32_gemv, f16_f32_tile, 2, 4, 4);
+    safe_gemv!(bf16_f32_gemv, bf16_f32_tile, 2, 4, 4);
+
     safe_tile!(q4_0_safe, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4, 4, 2);
     safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 4, 2);
     safe_tile!(q4k_safe, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1, 1, 4);

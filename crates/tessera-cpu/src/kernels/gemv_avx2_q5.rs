@@ -18,7 +18,7 @@
 
 use tessera::DType;
 
-use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+use super::dot::{DotFn, GemvFn, TILE_COLS, TILE_ROWS, TileFn};
 
 /// The AVX2 one-row dot product of `weights`, if this module has one and
 /// the CPU has AVX2, FMA and F16C.
@@ -32,6 +32,12 @@ pub fn tile_fn(weights: DType) -> Option<TileFn> {
     imp::tile_fn(weights)
 }
 
+/// The AVX2 many-row product of `weights` ([`GemvFn`]), if this module has
+/// one and the CPU has AVX2, FMA and F16C.
+pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+    imp::gemv_fn(weights)
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::*;
@@ -40,6 +46,9 @@ mod imp {
         None
     }
     pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+    pub fn gemv_fn(_weights: DType) -> Option<GemvFn> {
         None
     }
 }
@@ -95,6 +104,43 @@ mod imp {
             _ => return None,
         })
     }
+
+    pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::Q5_0 => q5_0_gemv,
+            DType::Q4_1 => q4_1_gemv,
+            DType::Q5_1 => q5_1_gemv,
+            _ => return None,
+        })
+    }
+
+    /// The safe many-row product of kind `$k`, four rows per call.
+    macro_rules! gemv_wrapper {
+        ($gemv:ident, $k:expr) => {
+            fn $gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+                let (xb, .., yb, _) = layout($k);
+                let yp = [y.as_ptr()];
+                crate::kernels::dot::gemv_rows::<4>(
+                    a,
+                    stride,
+                    y,
+                    out,
+                    (xb, yb),
+                    // SAFETY: `gemv_rows` passes rows of `n` whole blocks,
+                    // and `y` holds `n` blocks; `gemv_fn` checked the CPU.
+                    |xp, n| unsafe { tile::<{ $k }, 4, 1>(xp, yp, n)[0] },
+                    // SAFETY: as above.
+                    |x, n| unsafe { tile::<{ $k }, 1, 1>([x], yp, n)[0][0] },
+                );
+            }
+        };
+    }
+    gemv_wrapper!(q5_0_gemv, Q5_0);
+    gemv_wrapper!(q4_1_gemv, Q4_1);
+    gemv_wrapper!(q5_1_gemv, Q5_1);
 
     /// Safe one-row dot product and tile wrappers of kind `$k`.
     macro_rules! wrappers {

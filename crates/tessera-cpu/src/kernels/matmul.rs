@@ -34,7 +34,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Op, Result};
 
 use super::act_quant::{GROUP, convert_strided};
-use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, tile_f32_fn, tile_fn, vec_dot_type};
+use super::dot::{
+    DotFn, GemvFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, gemv_fn, tile_f32_fn, tile_fn,
+    vec_dot_type,
+};
 use super::{NodeCtx, TensorRef};
 
 /// Bytes at the start of the scratch holding the shared chunk counter (a
@@ -44,6 +47,8 @@ const COUNTER_BYTES: usize = 64;
 const BLOCK_M: usize = 16;
 /// Output columns (of `b`) per tile.
 const BLOCK_N: usize = 16;
+/// Output rows per [`GemvFn`] call (the chunk size for one column).
+const GEMV_ROWS: usize = 64;
 
 /// Values of `k` per slice when several columns share the weight rows (a
 /// multiple of every block size): the slices of [`TILE_ROWS`] weight rows and
@@ -169,6 +174,8 @@ struct Plan<'s> {
     dot: DotFn,
     /// The multi-row dot product, where the ISA has one.
     tile: Option<TileFn>,
+    /// The many-row product for one column, where the ISA has one.
+    gemv: Option<GemvFn>,
     /// The type of the activations the dot products read: the weights' dot
     /// type, or f32 for a tile kernel of [`tile_f32_fn`].
     act_type: DType,
@@ -225,9 +232,13 @@ impl<'s> Plan<'s> {
         // COUNTER_BYTES bytes, aligned for an AtomicUsize (checked above), and
         // only ever accessed atomically at this offset by the node's threads.
         let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
-        let (tile, act_type) = match tile_f32_fn(la.dtype, ctx.isa) {
-            Some(t) => (Some(t), DType::F32),
-            None => (tile_fn(la.dtype, ctx.isa), dot_type),
+        let (tile, gemv, act_type) = match tile_f32_fn(la.dtype, ctx.isa) {
+            Some(t) => (Some(t), gemv_fn(la.dtype, ctx.isa, true), DType::F32),
+            None => (
+                tile_fn(la.dtype, ctx.isa),
+                gemv_fn(la.dtype, ctx.isa, false),
+                dot_type,
+            ),
         };
         let converted = needs_conversion(act_type, &lb);
         Ok(Plan {
@@ -236,6 +247,7 @@ impl<'s> Plan<'s> {
             dst,
             dot,
             tile,
+            gemv,
             act_type,
             converted,
             a_row: la.row_bytes(),
@@ -329,6 +341,9 @@ impl<'s> Plan<'s> {
     /// [`BLOCK_M`] rows by [`BLOCK_N`] columns of one matrix of `b` (so one
     /// matrix of `a`).
     fn chunk(&self, rows: Range<usize>, cols: Range<usize>) {
+        if cols.len() == 1 {
+            return self.column(rows, cols.start);
+        }
         let n1 = self.b.ne(1);
         let mut tile = [[0f32; BLOCK_M]; BLOCK_N];
         let mut j0 = cols.start;
@@ -363,6 +378,70 @@ impl<'s> Plan<'s> {
                 }
             }
             j0 = j1;
+        }
+    }
+
+    /// Output rows `rows` of the one flat column `j` (token generation):
+    /// the weight rows go [`TILE_ROWS`] at a time straight into `dst`, with
+    /// no tile to clear or to add up (one column reads whole rows, so there
+    /// is nothing to cut into slices either).
+    fn column(&self, rows: Range<usize>, j: usize) {
+        let (i11, i12, i13) = self.col_index(j);
+        let y = self.b_col(j, i11, i12, i13);
+        // SAFETY: (i11, i12, i13) is in range; dst is contiguous f32 with
+        // ne01 values per row, of which `rows` belong to this chunk, which
+        // only this thread computes.
+        let d = unsafe { self.dst.row(i11, i12, i13).cast::<f32>() };
+        let store = |r: usize, v: f32| {
+            // SAFETY: see `d`; r < ne01.
+            unsafe { d.add(r).write_unaligned(v) }
+        };
+        if self.a_row == 0 {
+            rows.for_each(|r| store(r, 0.0));
+            return;
+        }
+        // SAFETY: i12 / r2 < ne02 and i13 / r3 < ne03 (r2, r3 are the exact
+        // ratios), so this is a matrix of `a`.
+        let a0 = unsafe { self.a.row(0, i12 / self.r2, i13 / self.r3) };
+        let nb01 = self.a.nb(1);
+        // SAFETY: rows below ne01 of a matrix of `a`; each row is `a_row`
+        // contiguous bytes.
+        let row_at =
+            |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+        if let Some(gemv) = self.gemv {
+            let mut out = [0f32; GEMV_ROWS];
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let nr = (rows.end - r0).min(GEMV_ROWS);
+                // SAFETY: rows r0..r0 + nr of the matrix, `nb01` bytes
+                // apart, the last one `a_row` bytes long.
+                let a = unsafe {
+                    std::slice::from_raw_parts(a0.add(r0 * nb01), (nr - 1) * nb01 + self.a_row)
+                };
+                gemv(a, nb01, y, &mut out[..nr]);
+                out[..nr]
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, &v)| store(r0 + i, v));
+                r0 += nr;
+            }
+            return;
+        }
+        let Some(tile) = self.tile else {
+            rows.for_each(|r| store(r, (self.dot)(row_at(r), y)));
+            return;
+        };
+        let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let nr = (rows.end - r0).min(TILE_ROWS);
+            let xs: [&[u8]; TILE_ROWS] =
+                std::array::from_fn(|i| if i < nr { row_at(r0 + i) } else { &[] });
+            tile(&xs[..nr], &[y], &mut res);
+            for (i, &v) in res[0].iter().take(nr).enumerate() {
+                store(r0 + i, v);
+            }
+            r0 += nr;
         }
     }
 
@@ -406,7 +485,9 @@ impl<'s> Plan<'s> {
         // Bytes of the first `v` values of a row of `t` (`v` is a multiple
         // of every block size, or `k`).
         let bytes = |t: DType, v: usize| v / t.block_size() * t.type_size();
-        out.iter_mut().for_each(|col| col.fill(0.0));
+        out.iter_mut()
+            .take(ys.len())
+            .for_each(|col| col[..rows.len()].fill(0.0));
         let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
         let mut r0 = rows.start;
         while r0 < rows.end {
