@@ -11,7 +11,7 @@ use tessera::{BufferType, Device, Error, Registry, Result, Stream, StreamOptions
 use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
 use tessera_llm::weights::{WeightPlacement, layer_of};
-use tessera_llm::{Model, Params};
+use tessera_llm::{Model, Params, SamplingOptions};
 
 /// Where the model comes from and where it runs.
 #[derive(Args, Debug, Clone)]
@@ -37,6 +37,47 @@ impl ModelArgs {
     /// Does this need the GPU device family?
     pub fn uses_gpu(&self) -> bool {
         self.device.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
+    }
+}
+
+/// How the next token is chosen (`tessera run`, `tessera chat`).
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalty looks back at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The sampler's settings.
+    pub fn options(&self) -> SamplingOptions {
+        SamplingOptions {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chat;
 mod conformance;
 mod devices;
 mod gguf;
@@ -40,6 +41,8 @@ struct Cli {
 enum Command {
     /// Continue a prompt with a GGUF model (default: Gemma 3 270M Q4_K_M, fetched once).
     Run(run::RunArgs),
+    /// Chat with an instruct model through its chat template.
+    Chat(chat::ChatArgs),
     /// Tokenize text with a model's vocabulary (like llama-tokenize).
     Tokenize(tokenize::TokenizeArgs),
     /// List device families and devices.
@@ -114,6 +117,7 @@ impl Command {
             } => args.model.uses_gpu(),
             Command::Gguf { .. } | Command::Tokenize(_) => false,
             Command::Run(args) => args.model.uses_gpu(),
+            Command::Chat(args) => args.model.uses_gpu(),
         }
     }
 }
@@ -129,6 +133,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Chat(args) => chat::run(&args),
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Devices => devices::run(),
         Command::Bench {

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use clap::Args;
 use tessera::{DType, Result};
 use tessera_llm::tokenizer::{Detokenizer, Vocab};
-use tessera_llm::{Sampler, SamplingOptions, Session, SessionOptions, generate};
+use tessera_llm::{Sampler, Session, SessionOptions, generate};
 
-use crate::llm::{self, ModelArgs};
+use crate::llm::{self, ModelArgs, SamplingArgs};
 
 /// Arguments of `tessera run`.
 #[derive(Args, Debug)]
@@ -24,27 +24,8 @@ pub struct RunArgs {
     /// Tokens to generate at most.
     #[arg(short = 'n', long = "n-predict", default_value_t = 64)]
     pub n_predict: usize,
-    /// Temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
-    pub temp: f32,
-    /// Top-k (0: off).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Top-p (1: off).
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Min-p (0: off).
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    /// Tokens the penalty looks back at.
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
-    /// Seed of the sampler.
-    #[arg(long, default_value_t = 0x5eed)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Context size (default: the prompt and the generation, rounded up to 256).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
@@ -68,15 +49,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ..SessionOptions::default()
     };
     let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
-    let mut sampler = Sampler::new(SamplingOptions {
-        temperature: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed: args.seed,
-    })?;
+    let mut sampler = Sampler::new(args.sampling.options())?;
     let mut out = std::io::stdout().lock();
     out.write_all(args.prompt.as_bytes())?;
     out.flush()?;

@@ -7,6 +7,8 @@
 //! scheduler splits the graph over them).
 #![forbid(unsafe_code)]
 
+pub mod chat;
+pub mod conversation;
 pub mod decoder;
 pub mod fetch;
 pub mod generate;
@@ -18,6 +20,8 @@ pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
 
+pub use chat::{ChatTemplate, Message};
+pub use conversation::Conversation;
 pub use generate::{GenerationStats, generate};
 pub use params::{Arch, Params};
 pub use sampling::{Sampler, SamplingOptions};

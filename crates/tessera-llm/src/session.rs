@@ -170,6 +170,13 @@ impl Session {
         self.n_past = 0;
     }
 
+    /// Keep the first `n` positions of the sequence and forget the rest
+    /// (llama.cpp's `seq_rm` from `n`): the next tokens go to position `n`.
+    /// Nothing happens when fewer than `n` are held.
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
     /// Evaluate `tokens` after the ones before; the logits of the last one
     /// (`n_vocab` values).
     pub fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
