@@ -38,7 +38,7 @@ pub struct ChatArgs {
     /// Context size (default: 4096, or the model's when smaller).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
-    /// KV cache type: f16 or f32.
+    /// KV cache type: f16, f32 or q8_0.
     #[arg(long, default_value = "f16")]
     pub kv_type: String,
 }

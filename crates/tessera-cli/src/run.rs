@@ -29,7 +29,7 @@ pub struct RunArgs {
     /// Context size (default: the prompt and the generation, rounded up to 256).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
-    /// KV cache type: f16 or f32.
+    /// KV cache type: f16, f32 or q8_0.
     #[arg(long, default_value = "f16")]
     pub kv_type: String,
 }

@@ -1,7 +1,8 @@
 //! The KV cache: per layer, keys `[head_dim_k * n_head_kv, n_slots]` and
 //! values `[head_dim_v * n_head_kv, n_slots]` in device memory (F16 by
-//! default, F32 on request; a quantized cache waits for FLASH_ATTN_EXT
-//! to read quantized K/V), written by SET_ROWS in the decoder graph.
+//! default; F32, or Q8_0 (half the memory of F16; head sizes a multiple of
+//! 32) on request), written by SET_ROWS in the decoder graph (which
+//! quantizes for a Q8_0 cache) and read by FLASH_ATTN_EXT.
 //! Slot `i` holds position `i` (one sequence); the number of slots is the
 //! context size rounded up to [`KV_PAD`].
 
@@ -17,7 +18,7 @@ use crate::params::Params;
 pub const KV_PAD: usize = 256;
 
 /// Types a cache may have.
-pub const KV_TYPES: [DType; 2] = [DType::F16, DType::F32];
+pub const KV_TYPES: [DType; 3] = [DType::F16, DType::F32, DType::Q8_0];
 
 /// The cache of one sequence.
 #[derive(Debug)]
@@ -50,7 +51,17 @@ impl KvCache {
         if !KV_TYPES.contains(&dtype) {
             return Err(Error::unsupported(
                 "tessera-llm",
-                format!("KV cache type {dtype} (F16 or F32)"),
+                format!("KV cache type {dtype} (F16, F32 or Q8_0)"),
+            ));
+        }
+        let bs = dtype.block_size();
+        if !(p.head_dim_k.is_multiple_of(bs) && p.head_dim_v.is_multiple_of(bs)) {
+            return Err(Error::unsupported(
+                "tessera-llm",
+                format!(
+                    "a {dtype} KV cache needs head sizes that are multiples of {bs}                      (this model's: {} and {})",
+                    p.head_dim_k, p.head_dim_v
+                ),
             ));
         }
         let n_slots = padded(n_ctx)?;

@@ -23,6 +23,10 @@ fn vocab() -> GgufFile {
 }
 
 fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
+    session_kv(arch, n_ctx, n_batch, DType::F16)
+}
+
+fn session_kv(arch: Arch, n_ctx: usize, n_batch: usize, kv_type: DType) -> Session {
     tessera_cpu::register();
     let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
     let bytes = write(&SyntheticSpec::small(arch, DType::F32), &vocab())
@@ -35,7 +39,7 @@ fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
     let opts = SessionOptions {
         n_ctx,
         n_batch,
-        ..SessionOptions::default()
+        kv_type,
     };
     Session::new(Arc::new(model), vec![stream], opts).unwrap()
 }
@@ -144,4 +148,37 @@ fn bad_files_are_errors_naming_what() {
     w.set("llama.attention.head_count", 8u32);
     let e = load(w).unwrap_err().to_string();
     assert!(e.contains("attn_q") && e.contains("shape"), "{e}");
+}
+
+/// A Q8_0 cache (`--kv-type q8_0`, half an F16 cache's memory): logits of a
+/// prompt and of decoding steps stay within quantization noise of an F32
+/// cache (measured: 0.35 % of the largest logit for llama, 1.9 % for the
+/// random-weight gemma3; bound 5 %), and the cache
+/// takes the bytes of Q8_0 rows.
+#[test]
+fn a_q8_0_cache_stays_close_to_an_f32_one() {
+    let prompt: Vec<u32> = (1..40).collect();
+    for arch in [Arch::Llama, Arch::Gemma3] {
+        let mut exact = session_kv(arch, 64, 512, DType::F32);
+        let mut q8 = session_kv(arch, 64, 512, DType::Q8_0);
+        assert_eq!(q8.cache().dtype(), DType::Q8_0);
+        assert_eq!(q8.cache().bytes() * 128, exact.cache().bytes() * 34);
+        let mut a = exact.decode_all(&prompt).unwrap();
+        let mut b = q8.decode_all(&prompt).unwrap();
+        for t in [7u32, 99, 150] {
+            a.extend(exact.decode(&[t]).unwrap());
+            b.extend(q8.decode(&[t]).unwrap());
+        }
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        eprintln!(
+            "{arch:?}: q8_0 cache, worst logit difference {:.4} of the largest",
+            worst / scale
+        );
+        assert!(worst <= 5e-2 * scale, "{arch:?}: {worst} of {scale}");
+        assert!(worst > 0.0, "{arch:?}: a Q8_0 cache cannot be exact");
+    }
 }

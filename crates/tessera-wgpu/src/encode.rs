@@ -522,6 +522,8 @@ fn encode_node(
             let mask = src(3);
             let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask])?;
             call.params.iu[0] = u32::from(mask.is_some());
+            call.params.iu[1] = u32::from(k.layout.dtype == DType::Q8_0);
+            call.params.iu[2] = u32::from(v.layout.dtype == DType::Q8_0);
             call.params.fp = [scale, max_bias, logit_softcap, 0.0];
             let groups = q.layout.nrows();
             let params = call.params;

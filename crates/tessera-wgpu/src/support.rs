@@ -271,10 +271,15 @@ fn mul_mat_ok(a: &Layout, b: &Layout) -> bool {
 }
 
 fn flash_attn_ok(q: &Layout, k: &Layout, v: &Layout, mask: Option<&Layout>) -> bool {
-    let kv = |t: DType| matches!(t, DType::F16 | DType::F32);
+    // A Q8_0 cache is read by whole blocks along each row.
+    let kv = |t: &Layout| match t.dtype {
+        DType::F16 | DType::F32 => true,
+        DType::Q8_0 => t.ne[0].is_multiple_of(32) && t.nb[0] == DType::Q8_0.type_size(),
+        _ => false,
+    };
     q.dtype == DType::F32
-        && kv(k.dtype)
-        && kv(v.dtype)
+        && kv(k)
+        && kv(v)
         && k.ne[0] == q.ne[0]
         && v.ne[1] == k.ne[1]
         && v.ne[2] == k.ne[2]

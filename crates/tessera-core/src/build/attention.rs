@@ -137,8 +137,8 @@ impl Graph {
     }
 
     /// Fused attention. `q` is F32 `[d, n_q, n_head, ne3]`; `k` is
-    /// `[d, n_kv, n_head_kv, ne3]` and `v` is `[dv, n_kv, n_head_kv, ne3]`, both
-    /// F16 or F32, with `n_head` a multiple of `n_head_kv` (grouped-query
+    /// `[d, n_kv, n_head_kv, ne3]` and `v` is `[dv, n_kv, n_head_kv, ne3]`, each
+    /// F16, F32 or Q8_0 (a quantized cache), with `n_head` a multiple of `n_head_kv` (grouped-query
     /// attention); `mask` (F16) is `[n_kv, >= n_q, ...]` broadcast over heads
     /// and dim 3. The result is F32 `[dv, n_head, n_q, ne3]` (heads and queries
     /// swapped, as in ggml).
@@ -158,8 +158,14 @@ impl Graph {
         let lk = self.layout(k)?;
         let lv = self.layout(v)?;
         ensure_type(name, "q", lq.dtype, &[DType::F32])?;
-        ensure_type(name, "k", lk.dtype, &[DType::F16, DType::F32])?;
-        ensure_type(name, "v", lv.dtype, &[DType::F16, DType::F32])?;
+        // Q8_0: a quantized KV cache (rows of whole blocks).
+        ensure_type(name, "k", lk.dtype, &[DType::F16, DType::F32, DType::Q8_0])?;
+        ensure_type(name, "v", lv.dtype, &[DType::F16, DType::F32, DType::Q8_0])?;
+        for (what, l) in [("k", &lk), ("v", &lv)] {
+            ensure(l.ne[0] % l.dtype.block_size() == 0, name, || {
+                format!("{what} {l}: rows are not whole {} blocks", l.dtype)
+            })?;
+        }
         ensure_finite(name, "scale", scale)?;
         ensure_finite(name, "max_bias", max_bias)?;
         ensure_finite(name, "logit_softcap", logit_softcap)?;

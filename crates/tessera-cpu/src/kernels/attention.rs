@@ -16,9 +16,11 @@
 //! softmax weights from a vector `exp`, and the V rows are accumulated into
 //! all the group's accumulators while loaded (see [`super::attention_vec`]).
 //! The softmax is online (running maximum and sum per row, one rescale per
-//! block). Like ggml, `q` is first converted to K's type (F16 K: `q` is
-//! rounded to f16) so the dot products are the MUL_MAT ones; unlike ggml, F16
-//! V rows are accumulated in f32, not f16. The computation of one group
+//! block). Like ggml, `q` is first converted to K's dot type (F16 K: `q` is
+//! rounded to f16; Q8_0 K, a quantized cache: `q` is quantized to Q8_0) so
+//! the dot products are the MUL_MAT ones; unlike ggml, F16 V rows are
+//! accumulated in f32, not f16 (Q8_0 V rows are dequantized into f32
+//! accumulators, as ggml does). The computation of one group
 //! lives in [`super::attention_group`].
 //!
 //! Masked entries (`mask * slope == -inf`) and scores of `-inf` get weight 0,
@@ -36,7 +38,7 @@ use tessera::{DType, Error, Layout, Op, Result};
 use super::NodeCtx;
 use super::attention_group::{Group, GroupBufs};
 use super::attention_vec::{exp_fn, f16_row_fn, vacc_fn};
-use super::dot::{dot_fn, tile_f32_fn, tile_fn};
+use super::dot::{dot_fn, tile_f32_fn, tile_fn, vec_dot_type};
 
 /// Keys scored per step of the online softmax.
 pub const KV_BLOCK: usize = 64;
@@ -87,12 +89,17 @@ fn per_thread(q: &Layout, v: &Layout) -> Option<usize> {
 /// The operand checks shared by [`flash_attn_supported`] and the kernel.
 fn check(q: &Layout, k: &Layout, v: &Layout, mask: Option<&Layout>) -> Result<()> {
     let bad = |why: String| Err(Error::op("FLASH_ATTN_EXT", why));
-    let kv_type = |t: DType| matches!(t, DType::F16 | DType::F32);
+    let kv_type = |t: DType| matches!(t, DType::F16 | DType::F32 | DType::Q8_0);
     if q.dtype != DType::F32 || !kv_type(k.dtype) || !kv_type(v.dtype) {
         return bad(format!(
-            "types q {}, k {}, v {} (need f32 q, f16/f32 k and v)",
+            "types q {}, k {}, v {} (need f32 q, f16/f32/q8_0 k and v)",
             q.dtype, k.dtype, v.dtype
         ));
+    }
+    for t in [k, v] {
+        if !t.ne[0].is_multiple_of(t.dtype.block_size()) {
+            return bad(format!("{t}: rows are not whole {} blocks", t.dtype));
+        }
     }
     if !(q.is_contiguous_rows() && k.is_contiguous_rows() && v.is_contiguous_rows()) {
         return bad(format!("q {q}, k {k}, v {v} need contiguous rows"));
@@ -211,7 +218,12 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     // ggml) but stored as f32, so it is not widened again for every key.
     let (tile, q_type, round_q) = match (kt, tile_f32_fn(kt, ctx.isa)) {
         (DType::F16, Some(t)) => (Some(t), DType::F32, true),
-        _ => (tile_fn(kt, ctx.isa), kt, false),
+        _ => {
+            // The queries in K's dot type (F32, F16, Q8_0), as in ggml.
+            let qt = vec_dot_type(kt)
+                .ok_or_else(|| Error::unsupported("CPU", format!("FLASH_ATTN_EXT with {kt} K")))?;
+            (tile_fn(kt, ctx.isa), qt, false)
+        }
     };
     let group = Group {
         q,

@@ -62,14 +62,18 @@ pub(crate) fn exp_fn(isa: Isa) -> ExpFn {
 pub(crate) fn vacc_fn(v_type: DType, isa: Isa) -> Option<VaccFn> {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa.has_avx2() {
-            return super::attention_vec512::vacc_fn(v_type, isa).or_else(|| avx2::vacc_fn(v_type));
+        if isa.has_avx2()
+            && let Some(f) =
+                super::attention_vec512::vacc_fn(v_type, isa).or_else(|| avx2::vacc_fn(v_type))
+        {
+            return Some(f);
         }
     }
     let _ = isa;
     match v_type {
         DType::F32 => Some(vacc_f32),
         DType::F16 => Some(vacc_f16),
+        DType::Q8_0 => Some(vacc_q8_0),
         _ => None,
     }
 }
@@ -129,6 +133,32 @@ pub(super) fn vacc_f16(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v
     vacc_with(acc, dv, p, p_stride, v, 2, |r, i| {
         t[usize::from(u16::from_le_bytes([r[2 * i], r[2 * i + 1]]))]
     });
+}
+
+/// Q8_0 V rows (a quantized cache): each block's 32 codes times its f16
+/// scale, ggml's `dequantize_row_q8_0`, accumulated in f32.
+pub(super) fn vacc_q8_0(acc: &mut [f32], dv: usize, p: &[f32], p_stride: usize, v: &[&[u8]]) {
+    const BLOCK: usize = 34;
+    if dv == 0 {
+        return;
+    }
+    let row_bytes = dv / 32 * BLOCK;
+    for (g, a) in acc.chunks_exact_mut(dv).enumerate() {
+        let Some(pg) = p.get(g * p_stride..) else {
+            return;
+        };
+        for (row, &pj) in v.iter().zip(pg) {
+            let Some(row) = row.get(..row_bytes) else {
+                continue;
+            };
+            for (blk, a) in row.chunks_exact(BLOCK).zip(a.chunks_exact_mut(32)) {
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32() * pj;
+                for (a, &q) in a.iter_mut().zip(&blk[2..]) {
+                    *a += d * f32::from(q as i8);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

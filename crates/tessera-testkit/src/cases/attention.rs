@@ -316,6 +316,23 @@ fn flash_attn_cases(v: &mut Vec<Case>) {
             kv_type: DType::F32,
             ..FA
         },
+        // A Q8_0 cache (`--kv-type q8_0`): prompt and decoding shapes.
+        Fa {
+            mask: m,
+            kv_type: DType::Q8_0,
+            ..FA
+        },
+        Fa {
+            mask: m,
+            n_head: 8,
+            gqa: 4,
+            kv: 257,
+            n_q: 1,
+            hsk: 128,
+            hsv: 128,
+            kv_type: DType::Q8_0,
+            ..FA
+        },
     ];
     for c in cases {
         push_fa(v, c);

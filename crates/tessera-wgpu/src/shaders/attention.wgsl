@@ -1,8 +1,25 @@
 // attention.wgsl: FLASH_ATTN_EXT, one workgroup of 64 per (head, query, ne3)
 // with an online softmax over tiles of 64 keys. Thread l scores key
 // t0 + l of a tile; every thread then owns output columns l, l + 64, ...
-// (head sizes up to 512). q: src0 (F32), k: src1, v: src2 (F16/F32),
+// (head sizes up to 512). q: src0 (F32), k: src1, v: src2 (F16/F32, or
+// Q8_0 when iu.y / iu.z = 1: a quantized cache, read by blocks),
 // mask: src3 (F16) when iu.x = 1. fp: scale, max_bias, logit_softcap.
+
+// Value d of the K row at byte `row`.
+fn k_val(row: u32, d: u32) -> f32 {
+    if (P.iu.y == 1u) {
+        return s1_dq(row + (d / 32u) * P.nb_1.x, d % 32u);
+    }
+    return s1_ld(row + d * P.nb_1.x);
+}
+
+// Value e of the V row at byte `row`.
+fn v_val(row: u32, e: u32) -> f32 {
+    if (P.iu.z == 1u) {
+        return s2_dq(row + (e / 32u) * P.nb_2.x, e % 32u);
+    }
+    return s2_ld(row + e * P.nb_2.x);
+}
 
 var<workgroup> score: array<f32, 64>;
 var<workgroup> keep: array<u32, 64>;
@@ -52,7 +69,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (kept == 1u) {
                 var dot = 0.0;
                 for (var d = 0u; d < dk; d = d + 1u) {
-                    dot = dot + s0_ld(q + d * P.nb_0.x) * s1_ld(kb + j * P.nb_1.y + d * P.nb_1.x);
+                    dot = dot + s0_ld(q + d * P.nb_0.x) * k_val(kb + j * P.nb_1.y, d);
                 }
                 var x = dot * P.fp.x;
                 if (cap != 0.0) {
@@ -86,7 +103,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     for (var c = 0u; c < 8u; c = c + 1u) {
                         let e = l + 64u * c;
                         if (e < dv) {
-                            acc[c] = acc[c] + w * s2_ld(vrow + e * P.nb_2.x);
+                            acc[c] = acc[c] + w * v_val(vrow, e);
                         }
                     }
                 }
