@@ -45,8 +45,19 @@ pub struct ChatArgs {
 
 /// Run `tessera chat`.
 pub fn run(args: &ChatArgs) -> Result<ExitCode> {
-    let (model, devs, _split) = llm::load(&args.model)?;
-    let vocab = Vocab::from_gguf(model.file())?;
+    let (file, devs) = llm::open_model(&args.model)?;
+    let vocab = Vocab::from_gguf(&file)?;
+    let n_ctx = args.ctx.unwrap_or_else(|| {
+        let train = tessera_llm::Params::from_gguf(&file).map_or(4096, |p| p.n_ctx_train);
+        4096.min(train.max(256))
+    });
+    let options = SessionOptions {
+        n_ctx,
+        kv_type: DType::from_name(&args.kv_type)?,
+        ..SessionOptions::default()
+    };
+    let (map, plan) = llm::place(&args.model, &file, &devs, &options)?;
+    let model = llm::load_model(file, &map)?;
     let template = match &args.chat_template {
         Some(path) => {
             let source = std::fs::read_to_string(path)
@@ -66,15 +77,10 @@ pub fn run(args: &ChatArgs) -> Result<ExitCode> {
             )
         })?,
     };
-    let n_ctx = args
-        .ctx
-        .unwrap_or_else(|| 4096.min(model.params().n_ctx_train.max(256)));
-    let options = SessionOptions {
-        n_ctx,
-        kv_type: DType::from_name(&args.kv_type)?,
-        ..SessionOptions::default()
-    };
     let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
+    if let Some(plan) = &plan {
+        llm::report_fit(plan, &mut session)?;
+    }
     let mut sampler = Sampler::new(args.sampling.options())?;
     let mut chat = Conversation::new(template);
     if let Some(system) = &args.system {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tessera::{BufferType, Device, Error, Registry, Result, Stream, StreamOptions};
+use tessera::{Device, Error, Registry, Result, Stream, StreamOptions};
 use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
-use tessera_llm::weights::{WeightPlacement, layer_of};
-use tessera_llm::{Model, Params, SamplingOptions};
+use tessera_llm::fit::{self, FitPlan};
+use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions};
 
 /// Where the model comes from and where it runs.
 #[derive(Args, Debug, Clone)]
@@ -31,6 +31,14 @@ pub struct ModelArgs {
     /// CPU threads (default: every core).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Place the layers by measuring, before loading, what each device would
+    /// hold (weights, KV cache, compute buffers), the first devices filled first.
+    #[arg(long, conflicts_with = "ngl")]
+    pub fit: bool,
+    /// A device's memory budget for --fit, e.g. `wgpu0=512MiB` (repeatable;
+    /// default: what a GPU reports free, no limit for the CPU).
+    #[arg(long, requires = "fit")]
+    pub mem: Vec<String>,
 }
 
 impl ModelArgs {
@@ -129,81 +137,110 @@ pub fn devices(args: &ModelArgs) -> Result<Devices> {
     Ok(Devices { devices, streams })
 }
 
-/// Layers `first_gpu..` (and the output when `output_gpu`) on the GPU's
-/// buffer type, the rest on the CPU's.
-#[derive(Debug)]
-pub struct LayerSplit {
-    gpu: Option<Arc<dyn BufferType>>,
-    cpu: Arc<dyn BufferType>,
-    first_gpu: usize,
-    output_gpu: bool,
+/// A budget given with `--mem NAME=SIZE` (`512MiB`, `2GiB`, `1000000`).
+fn parse_mem(spec: &str) -> Result<(String, usize)> {
+    let bad = || {
+        Error::InvalidLayout(format!(
+            "--mem {spec}: expected DEVICE=SIZE, e.g. wgpu0=512MiB (units B, KiB, MiB, GiB, KB, MB, GB)"
+        ))
+    };
+    let (name, size) = spec.split_once('=').ok_or_else(bad)?;
+    let size = size.trim();
+    let digits = size
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(size.len());
+    let value: f64 = size[..digits].parse().map_err(|_| bad())?;
+    let unit = match size[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kib" | "k" => 1024.0,
+        "mib" | "m" => 1024.0 * 1024.0,
+        "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        _ => return Err(bad()),
+    };
+    let bytes = value * unit;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > usize::MAX as f64 {
+        return Err(bad());
+    }
+    Ok((name.trim().to_string(), bytes as usize))
 }
 
-impl LayerSplit {
-    /// The split for `args` over `devs` for a model of `n_layer` layers.
-    pub fn new(args: &ModelArgs, devs: &Devices, n_layer: usize) -> Result<LayerSplit> {
-        let cpu = devs
+/// Where the layers go: measured by `--fit` for a session of `options`
+/// (with the plan), or `--ngl`'s last layers on the first non-CPU device.
+pub fn place(
+    args: &ModelArgs,
+    file: &GgufFile,
+    devs: &Devices,
+    options: &SessionOptions,
+) -> Result<(LayerMap, Option<FitPlan>)> {
+    let n_layer = Params::from_gguf(file)?.n_layer;
+    let cpu = devs
+        .devices
+        .last()
+        .ok_or_else(|| Error::NotFound("a CPU device".into()))?
+        .buffer_type();
+    if args.fit {
+        let mut given = Vec::new();
+        for m in &args.mem {
+            given.push(parse_mem(m)?);
+        }
+        for (name, _) in &given {
+            if !devs
+                .devices
+                .iter()
+                .any(|d| d.name().eq_ignore_ascii_case(name))
+            {
+                return Err(Error::NotFound(format!(
+                    "--mem {name}: not one of the devices in use ({})",
+                    devs.devices
+                        .iter()
+                        .map(|d| d.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        let budgets: Vec<Option<usize>> = devs
             .devices
-            .last()
-            .ok_or_else(|| Error::NotFound("a CPU device".into()))?
-            .buffer_type();
-        let gpu = (devs.devices.len() > 1).then(|| devs.devices[0].buffer_type());
-        let ngl = match (&gpu, args.ngl) {
-            (None, _) => 0,
-            (Some(_), Some(n)) => n,
-            (Some(_), None) => n_layer + 1,
-        };
-        Ok(LayerSplit {
-            gpu,
-            cpu,
-            first_gpu: n_layer.saturating_sub(ngl),
-            output_gpu: ngl > n_layer,
-        })
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let set = given.iter().find(|(n, _)| d.name().eq_ignore_ascii_case(n));
+                match set {
+                    Some((_, b)) => Some(*b),
+                    // GPUs: the memory they report free; the CPU: no limit.
+                    None if i + 1 < devs.devices.len() => Some(d.memory().free).filter(|&f| f > 0),
+                    None => None,
+                }
+            })
+            .collect();
+        let plan = fit::fit(file, &devs.streams, &budgets, options)?;
+        return Ok((plan.map.clone(), Some(plan)));
     }
-
-    /// Layers on the GPU.
-    pub fn gpu_layers(&self, n_layer: usize) -> usize {
-        if self.gpu.is_some() {
-            n_layer - self.first_gpu
-        } else {
-            0
-        }
+    if devs.devices.len() < 2 {
+        return Ok((LayerMap::uniform(cpu, n_layer), None));
     }
+    let gpu = devs.devices[0].buffer_type();
+    let ngl = args.ngl.unwrap_or(n_layer + 1);
+    Ok((LayerMap::last_layers(cpu, gpu, n_layer, ngl), None))
 }
 
-impl WeightPlacement for LayerSplit {
-    fn buffer_type(&self, name: &str) -> Arc<dyn BufferType> {
-        let Some(gpu) = &self.gpu else {
-            return self.cpu.clone();
-        };
-        // The token embeddings stay on the CPU, as llama.cpp's input layer
-        // does (GET_ROWS reads a few rows; the matrix can exceed a GPU's
-        // largest buffer: 178 MB for Gemma 3's 262,144 rows). A model that
-        // ties its output to them multiplies by them there.
-        let on_gpu = match layer_of(name) {
-            Some(il) => il >= self.first_gpu,
-            None => self.output_gpu && name.starts_with("output"),
-        };
-        if on_gpu {
-            gpu.clone()
-        } else {
-            self.cpu.clone()
-        }
-    }
-}
-
-/// Load the model of `args`: the file, devices, weights (progress bar on
-/// stderr for uploads that take over a second, when stderr is a terminal).
-pub fn load(args: &ModelArgs) -> Result<(Arc<Model>, Devices, LayerSplit)> {
+/// Open the model file of `args` and its devices (nothing loaded yet).
+pub fn open_model(args: &ModelArgs) -> Result<(GgufFile, Devices)> {
     let path = model_path(args)?;
     let file = open(&path)?;
-    let params = Params::from_gguf(&file)?;
-    let devs = devices(args)?;
-    let split = LayerSplit::new(args, &devs, params.n_layer)?;
+    Ok((file, devices(args)?))
+}
+
+/// Load `file`'s weights where `map` says (progress bar on stderr for
+/// uploads that take over a second, when stderr is a terminal).
+pub fn load_model(file: GgufFile, map: &LayerMap) -> Result<Arc<Model>> {
     let bar = ProgressBar::hidden();
     let start = std::time::Instant::now();
     let mut shown = false;
-    let model = Model::load(file, &split, &mut |done, total| {
+    let model = Model::load(file, map, &mut |done, total| {
         if !shown && start.elapsed().as_secs_f32() > 1.0 && console_is_terminal() {
             bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             bar.set_length(total);
@@ -218,7 +255,54 @@ pub fn load(args: &ModelArgs) -> Result<(Arc<Model>, Devices, LayerSplit)> {
         bar.set_position(done);
     })?;
     bar.finish_and_clear();
-    Ok((Arc::new(model), devs, split))
+    Ok(Arc::new(model))
+}
+
+/// Load the model of `args` for a session of `options`: the file, the
+/// devices, the placement (`--fit` or `--ngl`) and the weights.
+pub fn load(
+    args: &ModelArgs,
+    options: &SessionOptions,
+) -> Result<(Arc<Model>, Devices, LayerMap, Option<FitPlan>)> {
+    let (file, devs) = open_model(args)?;
+    let (map, plan) = place(args, &file, &devs, options)?;
+    let model = load_model(file, &map)?;
+    Ok((model, devs, map, plan))
+}
+
+/// Print the fit plan and then what the session allocated (stderr).
+pub fn report_fit(plan: &FitPlan, session: &mut Session) -> Result<()> {
+    eprint!("fit plan (measured before loading):\n{plan}");
+    let compute = session.reserve()?;
+    let weights = session.model().weights().bytes_by_buffer_type();
+    let mut same = true;
+    for (d, (dev, c)) in plan
+        .devices
+        .iter()
+        .zip(session.scheduler().devices().iter().zip(compute))
+    {
+        let name = dev.buffer_type().name().to_string();
+        let w: usize = weights
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, b)| b)
+            .sum();
+        let kv = session.cache().bytes_in(&name);
+        same &= (w, kv, c) == (d.weights, d.kv, d.compute);
+        eprintln!(
+            "allocated on {}: weights {} + KV cache {} + compute {} bytes",
+            d.device, w, kv, c
+        );
+    }
+    eprintln!(
+        "{}",
+        if same {
+            "allocated = planned, byte for byte"
+        } else {
+            "allocated differs from the plan (please report)"
+        }
+    );
+    Ok(())
 }
 
 fn console_is_terminal() -> bool {

@@ -202,16 +202,15 @@ fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
         device: args.devices.clone(),
         ngl: args.ngl,
         threads: None,
+        fit: false,
+        mem: Vec::new(),
     };
-    let (model, devs, _) = crate::llm::load(&margs)?;
-    let mut session = tessera_llm::Session::new(
-        model.clone(),
-        devs.streams.clone(),
-        tessera_llm::SessionOptions {
-            n_ctx: args.tokens.max(1),
-            ..Default::default()
-        },
-    )?;
+    let options = tessera_llm::SessionOptions {
+        n_ctx: args.tokens.max(1),
+        ..Default::default()
+    };
+    let (model, devs, _, _) = crate::llm::load(&margs, &options)?;
+    let mut session = tessera_llm::Session::new(model.clone(), devs.streams.clone(), options)?;
     let (sc, dg) = session.plan(args.tokens)?;
     let g = &dg.graph;
     let mut text = String::new();

@@ -36,8 +36,8 @@ pub struct RunArgs {
 
 /// Run `tessera run`.
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    let (model, devs, split) = llm::load(&args.model)?;
-    let vocab = Vocab::from_gguf(model.file())?;
+    let (file, devs) = llm::open_model(&args.model)?;
+    let vocab = Vocab::from_gguf(&file)?;
     let prompt = vocab.tokenize(&args.prompt, true, true);
     let n_ctx = match args.ctx {
         Some(c) => c,
@@ -48,7 +48,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         kv_type: DType::from_name(&args.kv_type)?,
         ..SessionOptions::default()
     };
+    let (map, plan) = llm::place(&args.model, &file, &devs, &options)?;
+    let model = llm::load_model(file, &map)?;
     let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
+    if let Some(plan) = &plan {
+        llm::report_fit(plan, &mut session)?;
+    }
     let mut sampler = Sampler::new(args.sampling.options())?;
     let mut out = std::io::stdout().lock();
     out.write_all(args.prompt.as_bytes())?;
@@ -89,7 +94,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         options.kv_type
     );
     let names: Vec<&str> = devs.devices.iter().map(|d| d.name()).collect();
-    let gpu_layers = split.gpu_layers(p.n_layer);
+    let gpu_layers = devs
+        .devices
+        .first()
+        .map_or(0, |d| map.layers_in(d.buffer_type().name()));
     eprint!("devices: {}", names.join(" + "));
     if names.len() > 1 {
         eprint!(" ({gpu_layers} of {} layers on {})", p.n_layer, names[0]);

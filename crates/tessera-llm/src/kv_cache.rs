@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use tessera::alloc::alloc_tensors;
+use tessera::alloc::{PlanningType, alloc_tensors};
 use tessera::{Buffer, BufferType, BufferUsage, DType, Error, Layout, Result, Tensor};
 
 use crate::params::Params;
@@ -48,6 +48,28 @@ impl KvCache {
         n_ctx: usize,
         buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<KvCache> {
+        KvCache::with(p, dtype, n_ctx, buft, false)
+    }
+
+    /// The cache [`KvCache::new`] would make, in planning buffers
+    /// ([`PlanningType`]: nothing allocated; [`KvCache::bytes_in`] is what
+    /// it would take).
+    pub fn plan(
+        p: &Params,
+        dtype: DType,
+        n_ctx: usize,
+        buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
+    ) -> Result<KvCache> {
+        KvCache::with(p, dtype, n_ctx, buft, true)
+    }
+
+    fn with(
+        p: &Params,
+        dtype: DType,
+        n_ctx: usize,
+        buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
+        planning: bool,
+    ) -> Result<KvCache> {
         if !KV_TYPES.contains(&dtype) {
             return Err(Error::unsupported(
                 "tessera-llm",
@@ -70,8 +92,13 @@ impl KvCache {
         for il in 0..p.n_layer {
             let k = Layout::contiguous(dtype, &[p.n_embd_k(), n_slots])?;
             let v = Layout::contiguous(dtype, &[p.n_embd_v(), n_slots])?;
-            let set = alloc_tensors(&buft(il), &[k, v], BufferUsage::Any)?;
-            set.buffer.clear(0)?;
+            let set = if planning {
+                alloc_tensors(&PlanningType::wrap(buft(il)), &[k, v], BufferUsage::Any)?
+            } else {
+                let set = alloc_tensors(&buft(il), &[k, v], BufferUsage::Any)?;
+                set.buffer.clear(0)?;
+                set
+            };
             let mut t = set.tensors.into_iter();
             let (Some(k), Some(v)) = (t.next(), t.next()) else {
                 return Err(Error::InvalidLayout("KV cache allocation".into()));
@@ -108,6 +135,15 @@ impl KvCache {
     /// Bytes it occupies.
     pub fn bytes(&self) -> usize {
         self.buffers.iter().map(|b| b.size()).sum()
+    }
+
+    /// Bytes it occupies in buffer types named `name`.
+    pub fn bytes_in(&self, name: &str) -> usize {
+        self.buffers
+            .iter()
+            .filter(|b| b.buffer_type().name() == name)
+            .map(|b| b.size())
+            .sum()
     }
 }
 

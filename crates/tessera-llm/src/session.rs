@@ -267,6 +267,21 @@ impl Session {
         Ok(self.graphs.len() - 1)
     }
 
+    /// Allocate, up front, the compute buffers of the largest graph this
+    /// session runs ([`crate::fit::worst_shape`]: a full batch attending to
+    /// every slot), as llama.cpp reserves its worst case; returns the bytes
+    /// per device ([`crate::fit::measure`] predicts exactly these).
+    pub fn reserve(&mut self) -> Result<Vec<usize>> {
+        let shape = crate::fit::worst_shape(&self.options, self.cache.n_slots());
+        let gi = self.graph_for(shape)?;
+        let dg = &self.graphs[gi];
+        let placement = dg.placement()?;
+        self.sched.reserve(&dg.graph, &placement)?;
+        (0..self.sched.devices().len())
+            .map(|i| self.sched.buffer_size(i))
+            .collect()
+    }
+
     /// Plan, without computing, the graph of a batch of `n_tokens` from
     /// position 0 (only the last token's logits), and return it with the
     /// scheduler, to describe the plan ([`Scheduler::describe`],

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tessera::alloc::alloc_tensors;
+use tessera::alloc::{PlanningType, alloc_tensors};
 use tessera::{BufferType, BufferUsage, Error, Layout, Result, Tensor};
 use tessera_gguf::GgufFile;
 
@@ -49,6 +49,23 @@ impl Weights {
         place: &dyn WeightPlacement,
         progress: Progress,
     ) -> Result<Weights> {
+        Weights::bind(file, place, Some(progress))
+    }
+
+    /// The tensors [`Weights::load`] would bind, at the same offsets, in
+    /// planning buffers ([`PlanningType`]): no device memory is taken and
+    /// nothing is copied, but graphs over them can be planned and
+    /// [`Weights::bytes_by_buffer_type`] is what loading would take.
+    pub fn plan(file: &GgufFile, place: &dyn WeightPlacement) -> Result<Weights> {
+        Weights::bind(file, place, None)
+    }
+
+    /// Bind (uploading with `progress`), or plan (`None`).
+    fn bind(
+        file: &GgufFile,
+        place: &dyn WeightPlacement,
+        mut progress: Option<Progress>,
+    ) -> Result<Weights> {
         let mut tensors = HashMap::new();
         // Group the tensors by buffer type (by name; the same type object
         // comes back for the same device).
@@ -72,9 +89,10 @@ impl Weights {
         let mut done = 0u64;
         let mut sizes = Vec::new();
         for (buft, infos) in groups {
-            let bytes = infos.iter().map(|t| t.nbytes.unwrap_or(0)).sum::<usize>();
-            sizes.push((buft.name().to_string(), bytes));
             if buft.is_host() {
+                // Views of the file: its bytes, mapped, not allocated.
+                let bytes = infos.iter().map(|t| t.nbytes.unwrap_or(0)).sum::<usize>();
+                sizes.push((buft.name().to_string(), bytes));
                 let data = file.data_buffer(buft);
                 // Weights: the scheduler runs the ops that read them where
                 // they are (ggml's rule), unless op offload moves them.
@@ -88,7 +106,21 @@ impl Weights {
                 .iter()
                 .map(|t| Layout::contiguous(t.dtype()?, &t.ne))
                 .collect::<Result<Vec<_>>>()?;
+            let Some(progress) = progress.as_mut() else {
+                let set = alloc_tensors(
+                    &PlanningType::wrap(buft.clone()),
+                    &layouts,
+                    BufferUsage::Weights,
+                )?;
+                sizes.push((buft.name().to_string(), set.buffer.size()));
+                for (info, t) in infos.iter().zip(&set.tensors) {
+                    tensors.insert(info.name.clone(), t.clone());
+                }
+                continue;
+            };
             let set = alloc_tensors(&buft, &layouts, BufferUsage::Weights)?;
+            // What was allocated (alignment and padding included).
+            sizes.push((buft.name().to_string(), set.buffer.size()));
             for (info, t) in infos.iter().zip(&set.tensors) {
                 t.write(0, file.tensor_data(&info.name)?)?;
                 done += info.nbytes.unwrap_or(0) as u64;
@@ -124,8 +156,9 @@ impl Weights {
         self.tensors.get(name)
     }
 
-    /// Bytes of the weights bound in each buffer type (by name; on a host
-    /// buffer type these are views of the mapped file, not copies).
+    /// Bytes of the weights in each buffer type (by name): on a host buffer
+    /// type the bytes of the tensors (views of the mapped file, not
+    /// copies), elsewhere the bytes allocated (alignment included).
     pub fn bytes_by_buffer_type(&self) -> Vec<(String, usize)> {
         self.sizes.clone()
     }

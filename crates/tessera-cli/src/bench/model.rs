@@ -115,20 +115,20 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
     let path = llm::model_path(&args.model)?;
     let mut margs = args.model.clone();
     margs.model = Some(path.clone());
-    let (model, devs, _) = llm::load(&margs)?;
     let threads = args
         .model
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
-    let mut session = Session::new(
-        model.clone(),
-        devs.streams.clone(),
-        SessionOptions {
-            n_ctx,
-            ..SessionOptions::default()
-        },
-    )?;
+    let options = SessionOptions {
+        n_ctx,
+        ..SessionOptions::default()
+    };
+    let (model, devs, _, plan) = llm::load(&margs, &options)?;
+    let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
+    if let Some(plan) = &plan {
+        llm::report_fit(plan, &mut session)?;
+    }
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let name = path
         .file_name()

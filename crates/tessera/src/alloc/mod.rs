@@ -12,6 +12,9 @@
 //!   compute graph so that tensors whose lifetimes do not overlap share
 //!   memory, with the [`DynamicAllocator`] (ggml's `ggml_dyn_tallocr`) as its
 //!   best-fit address planner over up to [`MAX_CHUNKS`] chunk buffers.
+//! - [`PlanningType`]: any buffer type's rules without its memory, to place
+//!   weights and caches that are not loaded yet and measure what they and
+//!   the graphs over them would take (fitting a model to devices).
 //!
 //! Memory planning is authoritative: [`GraphAllocator::reserve_size`] reports
 //! exactly the bytes that [`GraphAllocator::reserve`] then allocates. Where
@@ -22,11 +25,13 @@ mod dynamic;
 mod graph;
 mod linear;
 mod plan;
+mod planning;
 mod tensors;
 
 pub use dynamic::{DynamicAllocator, MAX_CHUNKS, VirtualAddress};
 pub use graph::{EXTERNAL, GraphAllocator};
 pub use linear::LinearAllocator;
+pub use planning::{PlanningBuffer, PlanningType};
 pub use tensors::{TensorSet, alloc_tensors, alloc_tensors_size};
 
 use crate::buffer::BufferType;
