@@ -1,5 +1,6 @@
-//! Write a synthetic model: `synth ARCH WTYPE VOCAB.gguf OUT.gguf` (the
-//! cross-check script runs it through llama.cpp and Tessera).
+//! Write a synthetic model: `synth ARCH WTYPE VOCAB.gguf OUT.gguf [SHAPE]`
+//! (the cross-check script runs it through llama.cpp and Tessera). SHAPE:
+//! `small` (default) or `llama-3.2-1b` (the benchmark files; ARCH llama).
 
 use tessera::DType;
 use tessera_llm::Arch;
@@ -7,12 +8,17 @@ use tessera_llm::synthetic::{SyntheticSpec, write};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
-    if a.len() != 5 {
-        return Err("usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf".into());
+    if a.len() != 5 && a.len() != 6 {
+        return Err("usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf [small|llama-3.2-1b]".into());
     }
     let arch = Arch::from_name(&a[1])?;
     let wtype = DType::from_name(&a[2])?;
     let vocab = tessera_gguf::GgufFile::open(&a[3])?;
-    write(&SyntheticSpec::small(arch, wtype), &vocab)?.write_file(&a[4])?;
+    let spec = match a.get(5).map(String::as_str) {
+        None | Some("small") => SyntheticSpec::small(arch, wtype),
+        Some("llama-3.2-1b") => SyntheticSpec::llama_3_2_1b(wtype),
+        Some(other) => return Err(format!("unknown shape {other}").into()),
+    };
+    write(&spec, &vocab)?.write_file(&a[4])?;
     Ok(())
 }

@@ -52,6 +52,26 @@ impl SyntheticSpec {
     }
 }
 
+impl SyntheticSpec {
+    /// Llama 3.2 1B's shape (2048 wide, 16 layers, 32 heads of 64 over 8 KV
+    /// heads, feed-forward 8192; with llama.cpp's `llama-bpe` vocabulary,
+    /// 128,256 tokens): the benchmark files (`tessera bench model`).
+    pub fn llama_3_2_1b(wtype: DType) -> Self {
+        SyntheticSpec {
+            arch: Arch::Llama,
+            n_embd: 2048,
+            n_layer: 16,
+            n_ff: 8192,
+            n_head: 32,
+            n_head_kv: 8,
+            head_dim: 64,
+            n_ctx: 8192,
+            wtype,
+            seed: 42,
+        }
+    }
+}
+
 /// Deterministic values (splitmix64 → uniform in [-1, 1)).
 struct Rng(u64);
 
