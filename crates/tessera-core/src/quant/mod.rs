@@ -28,13 +28,13 @@
 mod blocks;
 mod float;
 mod kquant_search;
-mod q4_0;
-mod q4_1;
 mod q2_k;
 mod q3_k;
+mod q4_0;
+mod q4_1;
 mod q4_k;
-mod q5_k;
 mod q5;
+mod q5_k;
 mod q6_k;
 mod q8_0;
 mod q8_1;
@@ -44,8 +44,9 @@ mod rounding;
 use std::mem::size_of;
 
 pub use blocks::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
-    K_SCALE_SIZE, QK_K, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK8_1, QuantBlock,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, K_SCALE_SIZE, QK_K, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK8_1,
+    QuantBlock,
 };
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use q4_k::get_scale_min_k4;

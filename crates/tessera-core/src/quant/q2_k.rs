@@ -21,7 +21,12 @@ const SUBS: usize = QK_K / 16;
 /// `l` of the 32-byte group holds values `l`, `l + 32`, `l + 64`, `l + 96`.
 pub(super) fn pack_2bit(l: &[u8; QK_K]) -> [u8; QK_K / 4] {
     let mut qs = [0u8; QK_K / 4];
-    for (half, out) in l.as_chunks::<128>().0.iter().zip(qs.as_chunks_mut::<32>().0) {
+    for (half, out) in l
+        .as_chunks::<128>()
+        .0
+        .iter()
+        .zip(qs.as_chunks_mut::<32>().0)
+    {
         for (i, o) in out.iter_mut().enumerate() {
             *o = half[i] | (half[i + 32] << 2) | (half[i + 64] << 4) | (half[i + 96] << 6);
         }

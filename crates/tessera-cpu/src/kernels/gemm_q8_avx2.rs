@@ -64,6 +64,9 @@ pub(crate) mod imp {
             DType::Q4_1,
             DType::Q5_0,
             DType::Q5_1,
+            DType::Q2K,
+            DType::Q3K,
+            DType::Q5K,
         ],
     };
 
