@@ -1,5 +1,5 @@
 //! Portable dot products of quantized weight rows with quantized activations:
-//! Q4_0 x Q8_0, Q8_0 x Q8_0, Q4K x Q8K, Q6K x Q8K.
+//! Q4_0 x Q8_0, Q8_0 x Q8_0, Q4K x Q8K, Q6K x Q8K (Q2K, Q3K, Q5K: [`super::dot_kquant`]).
 //!
 //! These are the reference semantics (ggml's `ggml_vec_dot_*_generic`): per
 //! block, an exact integer sum of products, scaled by the product of the two
