@@ -10,7 +10,7 @@ Who computes what
 -----------------
 * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quantized and dequantized by gguf-py (`gguf.quants`), the
   Python port that llama.cpp maintains.
-* F16, Q8_1, Q4_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
+* F16, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
   and dequantized (`GGML_FP16_TO_FP32`, `dequantize_row_*`) by ggml's own C,
   through `ggml_ref.c`, compiled here in a temporary directory against the
   sdist's `ggml-quants.c` (gcc -O2 -DNDEBUG -ffp-contract=off, as a release
@@ -33,7 +33,8 @@ File format (`<type>.bin`, all little-endian)
     magic      4 bytes  b"TQFX"
     version    u32      1
     ggml_type  u32      ggml's type id (F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
-                        Q8_1=9, Q4_K=12, Q6_K=14, Q8_K=15, BF16=30)
+                        Q8_1=9, Q2_K=10, Q3_K=11, Q4_K=12, Q5_K=13,
+                        Q6_K=14, Q8_K=15, BF16=30)
     n_rows     u32
     n_per_row  u32      f32 values per row
     row_bytes  u32      quantized bytes per row
@@ -363,7 +364,8 @@ def main() -> int:
         write_fixture(args.out / "q8_1.bin", 9, x, q, deq, len(tags), SEG, tags)
 
         # --- K-quants: ggml C (gguf-py dequantization for comparison); rows of two segments
-        for name, qt, tid in (("q4_K", T.Q4_K, 12), ("q6_K", T.Q6_K, 14), ("q8_K", None, 15)):
+        for name, qt, tid in (("q2_K", T.Q2_K, 10), ("q3_K", T.Q3_K, 11), ("q4_K", T.Q4_K, 12),
+                              ("q5_K", T.Q5_K, 13), ("q6_K", T.Q6_K, 14), ("q8_K", None, 15)):
             print(f"{name} (ggml C):")
             q = ref.quant(name, x)
             deq = ref.dequant(name, q, x.size)

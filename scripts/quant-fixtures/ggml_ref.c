@@ -7,7 +7,7 @@
 //   ggml_ref quant   TYPE N   < N f32 values          > row bytes
 //   ggml_ref dequant TYPE N   < row bytes of N values > N f32 values
 //
-// TYPE is one of f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q4_K q6_K q8_K. Everything is
+// TYPE is one of f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_K q3_K q4_K q5_K q6_K q8_K. Everything is
 // little-endian raw binary on stdin/stdout. The output buffer of `quant` is
 // zeroed first, so bytes ggml leaves unwritten (q8_K's bsums of an all-zero
 // block) come out as zeros. ggml has no dequantize_row_q8_1; `dequant q8_1`
@@ -64,7 +64,10 @@ static const struct type_info TYPES[] = {
     { "q5_1", QK5_1, sizeof(block_q5_1) },
     { "q8_0", QK8_0, sizeof(block_q8_0) },
     { "q8_1", QK8_1, sizeof(block_q8_1) },
+    { "q2_K", QK_K,  sizeof(block_q2_K) },
+    { "q3_K", QK_K,  sizeof(block_q3_K) },
     { "q4_K", QK_K,  sizeof(block_q4_K) },
+    { "q5_K", QK_K,  sizeof(block_q5_K) },
     { "q6_K", QK_K,  sizeof(block_q6_K) },
     { "q8_K", QK_K,  sizeof(block_q8_K) },
 };
@@ -102,8 +105,14 @@ static void quant(const char * t, const float * x, void * y, int64_t n) {
         quantize_row_q8_0_ref(x, y, n);
     } else if (!strcmp(t, "q8_1")) {
         quantize_row_q8_1_ref(x, y, n);
+    } else if (!strcmp(t, "q2_K")) {
+        quantize_row_q2_K_ref(x, y, n);
+    } else if (!strcmp(t, "q3_K")) {
+        quantize_row_q3_K_ref(x, y, n);
     } else if (!strcmp(t, "q4_K")) {
         quantize_row_q4_K_ref(x, y, n);
+    } else if (!strcmp(t, "q5_K")) {
+        quantize_row_q5_K_ref(x, y, n);
     } else if (!strcmp(t, "q6_K")) {
         quantize_row_q6_K_ref(x, y, n);
     } else if (!strcmp(t, "q8_K")) {
@@ -133,8 +142,14 @@ static void dequant(const char * t, const void * x, float * y, int64_t n) {
         for (int64_t i = 0; i < n; i++) {
             y[i] = GGML_FP16_TO_FP32(b[i / QK8_1].d) * b[i / QK8_1].qs[i % QK8_1];
         }
+    } else if (!strcmp(t, "q2_K")) {
+        dequantize_row_q2_K(x, y, n);
+    } else if (!strcmp(t, "q3_K")) {
+        dequantize_row_q3_K(x, y, n);
     } else if (!strcmp(t, "q4_K")) {
         dequantize_row_q4_K(x, y, n);
+    } else if (!strcmp(t, "q5_K")) {
+        dequantize_row_q5_K(x, y, n);
     } else if (!strcmp(t, "q6_K")) {
         dequantize_row_q6_K(x, y, n);
     } else if (!strcmp(t, "q8_K")) {

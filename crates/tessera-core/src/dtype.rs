@@ -31,8 +31,14 @@ pub enum DType {
     /// the activation type of Q4_1 and Q5_1 dot products (like [`DType::Q8K`],
     /// not a weight or storage type).
     Q8_1 = 9,
+    /// 256-element super-blocks of 2-bit ints, 16 sub-blocks with 4-bit scales and mins.
+    Q2K = 10,
+    /// 256-element super-blocks of 3-bit ints, 16 sub-blocks with 6-bit scales.
+    Q3K = 11,
     /// 256-element super-blocks of 4-bit ints, 8 sub-blocks with 6-bit scales and mins.
     Q4K = 12,
+    /// 256-element super-blocks of 5-bit ints, 8 sub-blocks with 6-bit scales and mins.
+    Q5K = 13,
     /// 256-element super-blocks of 6-bit ints, 16 sub-blocks with i8 scales.
     Q6K = 14,
     /// 256-element blocks of i8 with an f32 scale and 16 partial sums; the
@@ -47,7 +53,7 @@ pub enum DType {
 }
 
 /// Every type, in ggml id order.
-pub const ALL_DTYPES: [DType; 14] = [
+pub const ALL_DTYPES: [DType; 17] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
@@ -56,7 +62,10 @@ pub const ALL_DTYPES: [DType; 14] = [
     DType::Q5_1,
     DType::Q8_0,
     DType::Q8_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
     DType::Q8K,
     DType::I32,
@@ -70,7 +79,7 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
-            DType::Q4K | DType::Q6K | DType::Q8K => 256,
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => 256,
         }
     }
 
@@ -86,7 +95,10 @@ impl DType {
             DType::Q5_1 => 24,
             DType::Q8_0 => 34,
             DType::Q8_1 => 36,
+            DType::Q2K => 84,
+            DType::Q3K => 110,
             DType::Q4K => 144,
+            DType::Q5K => 176,
             DType::Q6K => 210,
             DType::Q8K => 292,
         }
@@ -118,7 +130,10 @@ impl DType {
             DType::Q5_1 => "q5_1",
             DType::Q8_0 => "q8_0",
             DType::Q8_1 => "q8_1",
+            DType::Q2K => "q2_K",
+            DType::Q3K => "q3_K",
             DType::Q4K => "q4_K",
+            DType::Q5K => "q5_K",
             DType::Q6K => "q6_K",
             DType::Q8K => "q8_K",
             DType::I32 => "i32",
@@ -185,7 +200,11 @@ mod tests {
         }
         assert!(DType::from_ggml_id(4).is_err());
         assert!(DType::from_ggml_id(5).is_err());
-        assert!(DType::from_name("q5_k").is_err());
+        assert!(DType::from_name("iq2_xxs").is_err());
+        assert_eq!(DType::from_name("q5_k").ok(), Some(DType::Q5K));
+        assert_eq!(DType::from_ggml_id(10).ok(), Some(DType::Q2K));
+        assert_eq!(DType::from_ggml_id(11).ok(), Some(DType::Q3K));
+        assert_eq!(DType::from_ggml_id(13).ok(), Some(DType::Q5K));
         assert_eq!(DType::from_ggml_id(3).ok(), Some(DType::Q4_1));
         assert_eq!(DType::from_ggml_id(6).ok(), Some(DType::Q5_0));
         assert_eq!(DType::from_ggml_id(7).ok(), Some(DType::Q5_1));

@@ -2,7 +2,7 @@
 //!
 //! The fixtures in `tests/fixtures/quant/` were made by upstream code only:
 //! ggml's C reference quantizers (`quantize_row_*_ref`, `dequantize_row_*`,
-//! `GGML_FP32_TO_FP16`) for F16, Q4_K, Q6_K and Q8_K, and gguf-py (llama.cpp's
+//! `GGML_FP32_TO_FP16`) for F16, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_K, and gguf-py (llama.cpp's
 //! Python port) for BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1. Regenerate them with
 //! `scripts/quant-fixtures/generate.sh`, whose `generate.py` documents the
 //! format and the input kinds (normal, uniform, outliers, tiny, zeros, single
@@ -226,7 +226,10 @@ fixture_test!(q4_0_matches_gguf_py, "q4_0.bin", DType::Q4_0);
 fixture_test!(q4_1_matches_gguf_py, "q4_1.bin", DType::Q4_1);
 fixture_test!(q5_0_matches_gguf_py, "q5_0.bin", DType::Q5_0);
 fixture_test!(q5_1_matches_gguf_py, "q5_1.bin", DType::Q5_1);
+fixture_test!(q2_k_matches_ggml, "q2_k.bin", DType::Q2K);
+fixture_test!(q3_k_matches_ggml, "q3_k.bin", DType::Q3K);
 fixture_test!(q4_k_matches_ggml, "q4_k.bin", DType::Q4K);
+fixture_test!(q5_k_matches_ggml, "q5_k.bin", DType::Q5K);
 fixture_test!(q6_k_matches_ggml, "q6_k.bin", DType::Q6K);
 fixture_test!(q8_k_matches_ggml, "q8_k.bin", DType::Q8K);
 fixture_test!(q8_1_matches_ggml, "q8_1.bin", DType::Q8_1);
@@ -241,7 +244,10 @@ fn fixtures_cover_all_kinds() {
         ("q5_0.bin", &include_bytes!("fixtures/quant/q5_0.bin")[..]),
         ("q5_1.bin", &include_bytes!("fixtures/quant/q5_1.bin")[..]),
         ("q8_1.bin", &include_bytes!("fixtures/quant/q8_1.bin")[..]),
+        ("q2_k.bin", &include_bytes!("fixtures/quant/q2_k.bin")[..]),
+        ("q3_k.bin", &include_bytes!("fixtures/quant/q3_k.bin")[..]),
         ("q4_k.bin", &include_bytes!("fixtures/quant/q4_k.bin")[..]),
+        ("q5_k.bin", &include_bytes!("fixtures/quant/q5_k.bin")[..]),
     ] {
         let f = parse(file, bytes);
         let mut seen: Vec<u32> = f.tags.clone();

@@ -210,13 +210,16 @@ fn tile_type(t: DType) -> bool {
 }
 
 /// Quantized types the kernels convert to and from F32.
-const QUANT: [DType; 7] = [
+const QUANT: [DType; 10] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
 ];
 

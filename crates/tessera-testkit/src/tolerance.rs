@@ -14,7 +14,7 @@
 //! rounding to nearest even matches the reference exactly), into a quantized
 //! type (ggml's "one quantized value off by one step" estimate,
 //! `(2 / 2^bits)^2 / (0.25 n)` for values in [-1, 1], `bits` = 8 for Q8_0, 6 for
-//! Q6_K, 5 for Q5_0 and Q5_1, 4 for Q4_0, Q4_1 and Q4_K: a device quantizer whose f32 arithmetic differs
+//! Q6_K, 5 for Q5_0, Q5_1 and Q5_K, 4 for Q4_0, Q4_1 and Q4_K, 3 for Q3_K, 2 for Q2_K: a device quantizer whose f32 arithmetic differs
 //! may pick the neighbouring level for a value on a rounding boundary).
 //!
 //! The tables are plain data so that other crates can list and reuse them.
@@ -76,8 +76,10 @@ pub const fn quant_bits(dtype: DType) -> Option<u32> {
     match dtype {
         DType::Q8_0 | DType::Q8_1 | DType::Q8K => Some(8),
         DType::Q6K => Some(6),
-        DType::Q5_0 | DType::Q5_1 => Some(5),
+        DType::Q5_0 | DType::Q5_1 | DType::Q5K => Some(5),
         DType::Q4_0 | DType::Q4_1 | DType::Q4K => Some(4),
+        DType::Q3K => Some(3),
+        DType::Q2K => Some(2),
         _ => None,
     }
 }

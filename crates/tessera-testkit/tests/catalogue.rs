@@ -124,7 +124,10 @@ fn every_op_function_and_type_is_covered() {
         DType::BF16,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q2K,
+        DType::Q3K,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
         DType::I32,
     ] {
@@ -141,7 +144,10 @@ fn every_op_function_and_type_is_covered() {
         DType::BF16,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q2K,
+        DType::Q3K,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
     ] {
         for ti in [DType::I32, DType::I64] {
@@ -163,7 +169,15 @@ fn every_op_function_and_type_is_covered() {
             assert!(cpy(a, b), "CPY {a} -> {b}");
         }
     }
-    for q in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for q in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ] {
         assert!(
             cpy(DType::F32, q) && cpy(q, DType::F32) && cpy(q, q),
             "CPY with {q}"

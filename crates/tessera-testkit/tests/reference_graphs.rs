@@ -152,7 +152,15 @@ fn dense_helpers_check_their_inputs() {
 
 #[test]
 fn quantized_memory_stores_and_reads_whole_blocks() {
-    for t in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for t in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ] {
         let k = t.block_size();
         let mut g = Graph::new();
         let src = g.new_tensor(DType::F32, &[k, 3]).unwrap();

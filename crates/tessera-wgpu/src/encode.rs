@@ -29,7 +29,7 @@ use crate::wgsl::Binding;
 /// of each destination type (a kernel compiles only the one it uses).
 macro_rules! with_store {
     ($name:ident, $file:literal) => {
-        const $name: [&str; 8] = [
+        const $name: [&str; 11] = [
     with_store!(@ "store_none.wgsl", $file),
     with_store!(@ "store_q8_0.wgsl", $file),
     with_store!(@ "store_q4_0.wgsl", $file),
@@ -38,6 +38,9 @@ macro_rules! with_store {
     with_store!(@ "store_q4_1.wgsl", $file),
     with_store!(@ "store_q5_0.wgsl", $file),
     with_store!(@ "store_q5_1.wgsl", $file),
+    with_store!(@ "store_q2_k.wgsl", $file),
+    with_store!(@ "store_q3_k.wgsl", $file),
+    with_store!(@ "store_q5_k.wgsl", $file),
         ];
     };
     (@ $store:literal, $file:literal) => {
@@ -53,7 +56,7 @@ with_store!(COPY, "copy.wgsl");
 with_store!(INDEX, "index.wgsl");
 
 /// The variant of a `with_store!` body for destination type `dtype`.
-fn for_dst(bodies: &[&'static str; 8], dtype: DType) -> &'static str {
+fn for_dst(bodies: &[&'static str; 11], dtype: DType) -> &'static str {
     match dtype {
         DType::Q8_0 => bodies[1],
         DType::Q4_0 => bodies[2],
@@ -62,6 +65,9 @@ fn for_dst(bodies: &[&'static str; 8], dtype: DType) -> &'static str {
         DType::Q4_1 => bodies[5],
         DType::Q5_0 => bodies[6],
         DType::Q5_1 => bodies[7],
+        DType::Q2K => bodies[8],
+        DType::Q3K => bodies[9],
+        DType::Q5K => bodies[10],
         _ => bodies[0],
     }
 }

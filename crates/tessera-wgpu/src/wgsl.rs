@@ -235,6 +235,50 @@ fn dequant_body(x: &str, dtype: DType) -> String {
              \x20   let m1 = dmin * f32(m);\n\
              \x20   return nofma(d1 * f32(q)) - m1;"
         ),
+        DType::Q2K => format!(
+            "    let sc = {x}_b(blk + j / 16u);\n\
+             \x20   let byte = {x}_b(blk + 16u + (j / 128u) * 32u + (j % 32u));\n\
+             \x20   let q = (byte >> (2u * ((j % 128u) / 32u))) & 3u;\n\
+             \x20   let dl = f16_to_f32({x}_h(blk + 80u)) * f32(sc & 15u);\n\
+             \x20   let ml = f16_to_f32({x}_h(blk + 82u)) * f32(sc >> 4u);\n\
+             \x20   return nofma(dl * f32(q)) - ml;"
+        ),
+        DType::Q3K => format!(
+            "    let s = j / 16u;\n\
+             \x20   let sb = {x}_b(blk + 96u + (s & 7u));\n\
+             \x20   let lo = select(sb >> 4u, sb & 15u, s < 8u);\n\
+             \x20   let hi = ({x}_b(blk + 104u + (s % 4u)) >> (2u * (s / 4u))) & 3u;\n\
+             \x20   let sc = i32(lo | (hi << 4u)) - 32;\n\
+             \x20   let byte = {x}_b(blk + 32u + (j / 128u) * 32u + (j % 32u));\n\
+             \x20   let low = i32((byte >> (2u * ((j % 128u) / 32u))) & 3u);\n\
+             \x20   let hbit = ({x}_b(blk + (j % 32u)) >> (j / 32u)) & 1u;\n\
+             \x20   let q = low - select(4, 0, hbit == 1u);\n\
+             \x20   let dl = f16_to_f32({x}_h(blk + 108u)) * f32(sc);\n\
+             \x20   return dl * f32(q);"
+        ),
+        DType::Q5K => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let dmin = f16_to_f32({x}_h(blk + 2u));\n\
+             \x20   let i = j / 64u;\n\
+             \x20   let w = j % 64u;\n\
+             \x20   let sub = 2u * i + select(0u, 1u, w >= 32u);\n\
+             \x20   let sc = blk + 4u;\n\
+             \x20   var s: u32;\n\
+             \x20   var m: u32;\n\
+             \x20   if (sub < 4u) {{\n\
+             \x20       s = {x}_b(sc + sub) & 63u;\n\
+             \x20       m = {x}_b(sc + sub + 4u) & 63u;\n\
+             \x20   }} else {{\n\
+             \x20       s = ({x}_b(sc + sub + 4u) & 15u) | (({x}_b(sc + sub - 4u) >> 6u) << 4u);\n\
+             \x20       m = ({x}_b(sc + sub + 4u) >> 4u) | (({x}_b(sc + sub) >> 6u) << 4u);\n\
+             \x20   }}\n\
+             \x20   let byte = {x}_b(blk + 48u + i * 32u + (w & 31u));\n\
+             \x20   let hb = ({x}_b(blk + 16u + (j % 32u)) >> (j / 32u)) & 1u;\n\
+             \x20   let q = select(byte & 15u, byte >> 4u, w >= 32u) | (hb << 4u);\n\
+             \x20   let d1 = d * f32(s);\n\
+             \x20   let m1 = dmin * f32(m);\n\
+             \x20   return nofma(d1 * f32(q)) - m1;"
+        ),
         DType::Q6K => format!(
             "    let h = j / 128u;\n\
              \x20   let l = j % 128u;\n\

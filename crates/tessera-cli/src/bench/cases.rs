@@ -90,7 +90,10 @@ pub fn all_cases() -> Vec<PerfCase> {
             DType::Q4_1,
             DType::Q5_0,
             DType::Q5_1,
+            DType::Q2K,
+            DType::Q3K,
             DType::Q4K,
+            DType::Q5K,
         ] {
             v.push(mul_mat(t, 4096, n, 14336));
         }

@@ -8,7 +8,7 @@ use crate::layout::Layout;
 use crate::op::Op;
 
 /// Weight types MUL_MAT accepts as `a`.
-pub const MUL_MAT_WEIGHT_TYPES: [DType; 10] = [
+pub const MUL_MAT_WEIGHT_TYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -17,7 +17,10 @@ pub const MUL_MAT_WEIGHT_TYPES: [DType; 10] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
 ];
 

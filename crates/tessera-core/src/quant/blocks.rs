@@ -2,7 +2,7 @@
 //!
 //! Quantized tensors are arrays of these blocks, exactly as ggml and GGUF
 //! files store them (`block_q4_0`, `block_q4_1`, `block_q5_0`, `block_q5_1`,
-//! `block_q8_0`, `block_q4_K`, `block_q6_K`, `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
+//! `block_q8_0`, `block_q2_K`, `block_q3_K`, `block_q4_K`, `block_q5_K`, `block_q6_K`, `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
 //! checked at compile time against [`DType::type_size`]. Byte order is the
 //! host's, as in ggml (little-endian on every target Tessera supports).
 //!
@@ -130,6 +130,42 @@ pub struct BlockQ8_1 {
     pub qs: [i8; QK8_1],
 }
 
+/// `block_q2_K`: 256 values in 16 sub-blocks of 16, `x = d*sc * q - dmin*m`
+/// with 2-bit `q` and 4-bit sub-block scale `sc` (low nibble of
+/// `scales[s]`) and min `m` (high nibble).
+///
+/// Per 128 values, `qs[32h..32h + 32]` holds values `128h + 32j + l` in bits
+/// `2j..2j + 2` of byte `32h + l`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ2K {
+    /// 4-bit sub-block scales (low nibbles) and mins (high nibbles).
+    pub scales: [u8; QK_K / 16],
+    /// Packed 2-bit quants.
+    pub qs: [u8; QK_K / 4],
+    /// Super-block scale of the sub-block scales.
+    pub d: f16,
+    /// Super-block scale of the sub-block mins.
+    pub dmin: f16,
+}
+
+/// `block_q3_K`: 256 values in 16 sub-blocks of 16, `x = d * (sc - 32) * (q - 4)`
+/// with 3-bit `q` (low 2 bits in `qs` as in [`BlockQ2K`], the high bit of
+/// value `e` in bit `e / 32` of `hmask[e % 32]`) and 6-bit `sc`: low 4 bits
+/// in the nibbles of `scales[0..8]`, high 2 bits in `scales[8..12]`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ3K {
+    /// High bits of the quants.
+    pub hmask: [u8; QK_K / 8],
+    /// Low 2 bits of the quants.
+    pub qs: [u8; QK_K / 4],
+    /// Packed 6-bit sub-block scales.
+    pub scales: [u8; 12],
+    /// Super-block scale.
+    pub d: f16,
+}
+
 /// `block_q4_K`: 256 values in 8 sub-blocks of 32, `x = d*sc * q - dmin*m`
 /// with 4-bit `q` and 6-bit sub-block scale `sc` and min `m`.
 ///
@@ -146,6 +182,24 @@ pub struct BlockQ4K {
     /// Packed 6-bit sub-block scales and mins.
     pub scales: [u8; K_SCALE_SIZE],
     /// Packed nibbles.
+    pub qs: [u8; QK_K / 2],
+}
+
+/// `block_q5_K`: 256 values in 8 sub-blocks of 32, `x = d*sc * q - dmin*m`
+/// with 5-bit `q`: the low 4 bits packed as in [`BlockQ4K`], the high bit of
+/// value `e` in bit `e / 32` of `qh[e % 32]`; scales and mins as in Q4_K.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5K {
+    /// Super-block scale of the sub-block scales.
+    pub d: f16,
+    /// Super-block scale of the sub-block mins.
+    pub dmin: f16,
+    /// Packed 6-bit sub-block scales and mins.
+    pub scales: [u8; K_SCALE_SIZE],
+    /// High bits of the quants.
+    pub qh: [u8; QK_K / 8],
+    /// Low 4 bits of the quants.
     pub qs: [u8; QK_K / 2],
 }
 
@@ -183,7 +237,10 @@ const _: () = assert!(size_of::<BlockQ5_0>() == DType::Q5_0.type_size());
 const _: () = assert!(size_of::<BlockQ5_1>() == DType::Q5_1.type_size());
 const _: () = assert!(size_of::<BlockQ8_0>() == DType::Q8_0.type_size());
 const _: () = assert!(size_of::<BlockQ8_1>() == DType::Q8_1.type_size());
+const _: () = assert!(size_of::<BlockQ2K>() == DType::Q2K.type_size());
+const _: () = assert!(size_of::<BlockQ3K>() == DType::Q3K.type_size());
 const _: () = assert!(size_of::<BlockQ4K>() == DType::Q4K.type_size());
+const _: () = assert!(size_of::<BlockQ5K>() == DType::Q5K.type_size());
 const _: () = assert!(size_of::<BlockQ6K>() == DType::Q6K.type_size());
 const _: () = assert!(size_of::<BlockQ8K>() == DType::Q8K.type_size());
 const _: () = assert!(QK4_0 == DType::Q4_0.block_size());
@@ -221,6 +278,15 @@ mod tests {
         assert_eq!(offset_of!(BlockQ4K, dmin), 2);
         assert_eq!(offset_of!(BlockQ4K, scales), 4);
         assert_eq!(offset_of!(BlockQ4K, qs), 16);
+        assert_eq!(offset_of!(BlockQ2K, qs), 16);
+        assert_eq!(offset_of!(BlockQ2K, d), 80);
+        assert_eq!(offset_of!(BlockQ2K, dmin), 82);
+        assert_eq!(offset_of!(BlockQ3K, qs), 32);
+        assert_eq!(offset_of!(BlockQ3K, scales), 96);
+        assert_eq!(offset_of!(BlockQ3K, d), 108);
+        assert_eq!(offset_of!(BlockQ5K, scales), 4);
+        assert_eq!(offset_of!(BlockQ5K, qh), 16);
+        assert_eq!(offset_of!(BlockQ5K, qs), 48);
         assert_eq!(offset_of!(BlockQ6K, qh), 128);
         assert_eq!(offset_of!(BlockQ6K, scales), 192);
         assert_eq!(offset_of!(BlockQ6K, d), 208);
@@ -236,7 +302,10 @@ mod tests {
         assert_eq!(<BlockQ5_1 as QuantBlock<QK5_1>>::DTYPE, DType::Q5_1);
         assert_eq!(<BlockQ8_0 as QuantBlock<QK8_0>>::DTYPE, DType::Q8_0);
         assert_eq!(<BlockQ8_1 as QuantBlock<QK8_1>>::DTYPE, DType::Q8_1);
+        assert_eq!(<BlockQ2K as QuantBlock<QK_K>>::DTYPE, DType::Q2K);
+        assert_eq!(<BlockQ3K as QuantBlock<QK_K>>::DTYPE, DType::Q3K);
         assert_eq!(<BlockQ4K as QuantBlock<QK_K>>::DTYPE, DType::Q4K);
+        assert_eq!(<BlockQ5K as QuantBlock<QK_K>>::DTYPE, DType::Q5K);
         assert_eq!(<BlockQ6K as QuantBlock<QK_K>>::DTYPE, DType::Q6K);
         assert_eq!(<BlockQ8K as QuantBlock<QK_K>>::DTYPE, DType::Q8K);
     }

@@ -1,6 +1,6 @@
 //! The scale searches behind ggml's K-quants.
 //!
-//! Q4_K and Q6_K do not simply divide by the largest value: for each
+//! The K-quants do not simply divide by the largest value: for each
 //! sub-block they try a handful of candidate scales and keep the one with the
 //! smallest weighted squared error (`make_qkx2_quants` for the
 //! scale-and-min types, `make_qx_quants` for the symmetric ones). The chosen
@@ -186,6 +186,83 @@ pub(crate) fn make_qx_quants<const N: usize>(
         }
     }
     scale
+}
+
+/// ggml's `make_q3_quants`: a symmetric scale so that
+/// `x[i] ≈ scale * (l[i] - nmax)` with `l[i]` in `0..2*nmax`.
+///
+/// With `do_rmse` the codes start at `nearest_int(-nmax / max * x)` and are
+/// refined coordinate by coordinate (at most five sweeps) to maximize
+/// `(Σ w x l)² / Σ w l²` with weights `x²`; the least-squares scale is
+/// returned. An all-zero group gives codes 0 (not `nmax`) and scale 0, as in
+/// ggml. Q3_K uses `nmax` 4 with `do_rmse`.
+pub(crate) fn make_q3_quants<const N: usize>(
+    nmax: i32,
+    x: &[f32; N],
+    l: &mut [i8; N],
+    do_rmse: bool,
+) -> f32 {
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &xi in x {
+        let ax = xi.abs();
+        if ax > amax {
+            amax = ax;
+            max = xi;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let clamp = |q: i32| q.min(nmax - 1).max(-nmax);
+    let iscale = -(nmax as f32) / max;
+    if !do_rmse {
+        for (li, &xi) in l.iter_mut().zip(x) {
+            *li = (clamp(nearest_int(iscale * xi)) + nmax) as i8;
+        }
+        return 1.0 / iscale;
+    }
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for (li, &xi) in l.iter_mut().zip(x) {
+        let q = clamp(nearest_int(iscale * xi));
+        *li = q as i8;
+        let w = xi * xi;
+        let lf = q as f32;
+        sumlx += w * xi * lf;
+        suml2 += w * lf * lf;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for (li, &xi) in l.iter_mut().zip(x) {
+            let w = xi * xi;
+            let lf = f32::from(*li);
+            let mut slx = sumlx - w * xi * lf;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * lf * lf;
+                let new_l = clamp(nearest_int(xi * sl2 / slx));
+                if new_l != i32::from(*li) {
+                    let nf = new_l as f32;
+                    slx += w * xi * nf;
+                    sl2 += w * nf * nf;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        *li = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for li in l.iter_mut() {
+        *li += nmax as i8;
+    }
+    if suml2 > 0.0 { sumlx / suml2 } else { 0.0 }
 }
 
 #[cfg(test)]

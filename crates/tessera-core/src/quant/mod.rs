@@ -9,7 +9,8 @@
 //!   [`DType`] from and to f32, with ggml's reference quantizers
 //!   (`quantize_row_*_ref`) and `dequantize_row_*`;
 //! - the block structs ([`BlockQ4_0`], [`BlockQ4_1`], [`BlockQ5_0`],
-//!   [`BlockQ5_1`], [`BlockQ8_0`], [`BlockQ8_1`], [`BlockQ4K`],
+//!   [`BlockQ5_1`], [`BlockQ8_0`], [`BlockQ8_1`], [`BlockQ2K`], [`BlockQ3K`],
+//!   [`BlockQ4K`], [`BlockQ5K`],
 //!   [`BlockQ6K`], [`BlockQ8K`]) and the [`QuantBlock`] trait, for kernels
 //!   that work block by block ([`quantize_row`] / [`dequantize_row`]);
 //! - the scalar helpers kernels reuse: [`f32_to_f16`], [`f32_to_bf16`],
@@ -27,10 +28,13 @@
 mod blocks;
 mod float;
 mod kquant_search;
+mod q2_k;
+mod q3_k;
 mod q4_0;
 mod q4_1;
 mod q4_k;
 mod q5;
+mod q5_k;
 mod q6_k;
 mod q8_0;
 mod q8_1;
@@ -40,8 +44,9 @@ mod rounding;
 use std::mem::size_of;
 
 pub use blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
-    K_SCALE_SIZE, QK_K, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK8_1, QuantBlock,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, K_SCALE_SIZE, QK_K, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK8_1,
+    QuantBlock,
 };
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use q4_k::get_scale_min_k4;
@@ -92,7 +97,10 @@ pub fn from_f32(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q5_1 => quantize_bytes::<BlockQ5_1, QK5_1>(src, dst),
         DType::Q8_0 => quantize_bytes::<BlockQ8_0, QK8_0>(src, dst),
         DType::Q8_1 => quantize_bytes::<BlockQ8_1, QK8_1>(src, dst),
+        DType::Q2K => quantize_bytes::<BlockQ2K, QK_K>(src, dst),
+        DType::Q3K => quantize_bytes::<BlockQ3K, QK_K>(src, dst),
         DType::Q4K => quantize_bytes::<BlockQ4K, QK_K>(src, dst),
+        DType::Q5K => quantize_bytes::<BlockQ5K, QK_K>(src, dst),
         DType::Q6K => quantize_bytes::<BlockQ6K, QK_K>(src, dst),
         DType::Q8K => quantize_bytes::<BlockQ8K, QK_K>(src, dst),
         DType::I32 | DType::I64 => {
@@ -134,7 +142,10 @@ pub fn to_f32(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q5_1 => dequantize_bytes::<BlockQ5_1, QK5_1>(src, dst),
         DType::Q8_0 => dequantize_bytes::<BlockQ8_0, QK8_0>(src, dst),
         DType::Q8_1 => dequantize_bytes::<BlockQ8_1, QK8_1>(src, dst),
+        DType::Q2K => dequantize_bytes::<BlockQ2K, QK_K>(src, dst),
+        DType::Q3K => dequantize_bytes::<BlockQ3K, QK_K>(src, dst),
         DType::Q4K => dequantize_bytes::<BlockQ4K, QK_K>(src, dst),
+        DType::Q5K => dequantize_bytes::<BlockQ5K, QK_K>(src, dst),
         DType::Q6K => dequantize_bytes::<BlockQ6K, QK_K>(src, dst),
         DType::Q8K => dequantize_bytes::<BlockQ8K, QK_K>(src, dst),
         DType::I64 => {

@@ -15,7 +15,7 @@ use super::rounding::nearest_int;
 use crate::dtype::DType;
 
 /// Sub-blocks per super-block.
-const SUBS: usize = QK_K / 32;
+pub(super) const SUBS: usize = QK_K / 32;
 
 /// The 6-bit scale and min of sub-block `j` (0..8) from a Q4_K (or Q5_K)
 /// `scales` array: ggml's `get_scale_min_k4`.
@@ -36,7 +36,7 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
 }
 
 /// Packs eight 6-bit scales and mins the way [`get_scale_min_k4`] reads them.
-fn pack_scales(ls: &[u8; SUBS], lm: &[u8; SUBS]) -> [u8; K_SCALE_SIZE] {
+pub(super) fn pack_scales(ls: &[u8; SUBS], lm: &[u8; SUBS]) -> [u8; K_SCALE_SIZE] {
     let mut q = [0u8; K_SCALE_SIZE];
     for (j, (&s, &m)) in ls.iter().zip(lm).enumerate() {
         if j < 4 {

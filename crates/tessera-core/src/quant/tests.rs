@@ -47,6 +47,7 @@ fn round_trip_error_within_test_quantize_fns_bounds() {
         DType::Q8_0,
         DType::Q8_1,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
         DType::Q8K,
         DType::F16,
@@ -54,6 +55,11 @@ fn round_trip_error_within_test_quantize_fns_bounds() {
     ] {
         let err = ggml_array_rmse(&x, &round_trip(dtype, &x));
         assert!(err < 0.002, "{dtype}: total error {err}");
+    }
+    // MAX_QUANTIZATION_TOTAL_ERROR_3BITS and _2BITS.
+    for (dtype, bound) in [(DType::Q3K, 0.004), (DType::Q2K, 0.0075)] {
+        let err = ggml_array_rmse(&x, &round_trip(dtype, &x));
+        assert!(err < bound, "{dtype}: total error {err}");
     }
     assert_eq!(round_trip(DType::F32, &x), x);
 }
@@ -66,7 +72,10 @@ fn finer_types_are_more_accurate() {
     assert!(err(DType::Q5_0) < err(DType::Q4_0));
     assert!(err(DType::Q5_1) < err(DType::Q4_1));
     assert!(err(DType::Q8_0) < err(DType::Q5_0));
-    assert!(err(DType::Q6K) < err(DType::Q4K));
+    assert!(err(DType::Q3K) < err(DType::Q2K));
+    assert!(err(DType::Q4K) < err(DType::Q3K));
+    assert!(err(DType::Q5K) < err(DType::Q4K));
+    assert!(err(DType::Q6K) < err(DType::Q5K));
     assert!(err(DType::Q8K) < err(DType::Q6K));
     // A min and a scale beat a signed scale on data offset from zero.
     let shifted: Vec<f32> = x.iter().map(|v| v + 3.0).collect();
@@ -86,7 +95,10 @@ fn length_errors_are_classified() {
         DType::Q5_1,
         DType::Q8_0,
         DType::Q8_1,
+        DType::Q2K,
+        DType::Q3K,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
         DType::Q8K,
     ] {
@@ -264,7 +276,7 @@ proptest! {
     /// same order of magnitude.
     #[test]
     fn random_blocks_dequantize(bytes in prop::collection::vec(any::<u8>(), 292 * 2)) {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q8K] {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8K] {
             let n = 512;
             let nbytes = dtype.row_size(n).unwrap();
             let mut y = vec![0.0f32; n];
@@ -275,7 +287,7 @@ proptest! {
     #[test]
     fn quantized_values_stay_close(values in prop::collection::vec(-100.0f32..100.0, 256)) {
         let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        for (dtype, tol) in [(DType::Q8_0, 0.01), (DType::Q4_0, 0.15), (DType::Q4_1, 0.075), (DType::Q5_0, 0.07), (DType::Q5_1, 0.04), (DType::Q4K, 0.25), (DType::Q6K, 0.05), (DType::Q8K, 0.01)] {
+        for (dtype, tol) in [(DType::Q8_0, 0.01), (DType::Q4_0, 0.15), (DType::Q4_1, 0.075), (DType::Q5_0, 0.07), (DType::Q5_1, 0.04), (DType::Q2K, 0.6), (DType::Q3K, 0.3), (DType::Q4K, 0.25), (DType::Q5K, 0.15), (DType::Q6K, 0.05), (DType::Q8K, 0.01)] {
             let y = round_trip(dtype, &values);
             for (a, b) in values.iter().zip(&y) {
                 prop_assert!((a - b).abs() <= tol * amax + 1e-3, "{}: {} -> {}", dtype, a, b);

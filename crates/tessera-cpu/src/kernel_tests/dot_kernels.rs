@@ -70,6 +70,15 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                         put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
                     }
                     DType::Q6K => put_f16(b, 208, 0.001 + 0.01 * rng.f32().abs()),
+                    DType::Q5K => {
+                        put_f16(b, 0, 0.001 + 0.01 * rng.f32().abs());
+                        put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
+                    }
+                    DType::Q2K => {
+                        put_f16(b, 80, 0.001 + 0.01 * rng.f32().abs());
+                        put_f16(b, 82, 0.001 + 0.01 * rng.f32().abs());
+                    }
+                    DType::Q3K => put_f16(b, 108, 0.001 + 0.01 * rng.f32().abs()),
                     _ => {}
                 }
             }
@@ -79,7 +88,7 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
 }
 
 /// The weight types with a tile kernel somewhere.
-const TYPES: [DType; 10] = [
+const TYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -88,7 +97,10 @@ const TYPES: [DType; 10] = [
     DType::Q5_0,
     DType::Q4_1,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
 ];
 

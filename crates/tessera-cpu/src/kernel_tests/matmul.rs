@@ -398,6 +398,21 @@ fn q6_k_weights() {
 }
 
 #[test]
+fn q2_k_weights() {
+    all_shapes(DType::Q2K, 11);
+}
+
+#[test]
+fn q3_k_weights() {
+    all_shapes(DType::Q3K, 12);
+}
+
+#[test]
+fn q5_k_weights() {
+    all_shapes(DType::Q5K, 13);
+}
+
+#[test]
 fn every_weight_type_is_supported() {
     for t in MUL_MAT_WEIGHT_TYPES {
         let a = Layout::contiguous(t, &[256, 4, 2]).unwrap();

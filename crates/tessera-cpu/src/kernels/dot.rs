@@ -143,7 +143,7 @@ pub fn vec_dot_type(weights: DType) -> Option<DType> {
         DType::BF16 => Some(DType::BF16),
         DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => Some(DType::Q8_0),
         DType::Q4_1 | DType::Q5_1 => Some(DType::Q8_1),
-        DType::Q4K | DType::Q6K => Some(DType::Q8K),
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => Some(DType::Q8K),
         DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => None,
     }
 }
@@ -152,8 +152,9 @@ pub fn vec_dot_type(weights: DType) -> Option<DType> {
 /// (the portable one if `isa` is not available on this CPU).
 pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
     if isa.has_avx2()
-        && let Some(f) =
-            super::dot_avx2::dot_fn(weights).or_else(|| super::gemv_avx2_q5::dot_fn(weights))
+        && let Some(f) = super::dot_avx2::dot_fn(weights)
+            .or_else(|| super::gemv_avx2_q5::dot_fn(weights))
+            .or_else(|| super::gemv_avx2_k::dot_fn(weights))
     {
         return Some(f);
     }
@@ -166,7 +167,8 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
     if isa.has_avx2() {
         return super::gemv_avx512::tile_fn(weights, isa)
             .or_else(|| super::gemv_avx2::tile_fn(weights))
-            .or_else(|| super::gemv_avx2_q5::tile_fn(weights));
+            .or_else(|| super::gemv_avx2_q5::tile_fn(weights))
+            .or_else(|| super::gemv_avx2_k::tile_fn(weights));
     }
     None
 }
@@ -199,7 +201,9 @@ pub fn tile_kernels(weights: DType, f32_act: bool) -> Vec<(&'static str, TileFn)
         )
     } else {
         (
-            super::gemv_avx2::tile_fn(weights).or_else(|| super::gemv_avx2_q5::tile_fn(weights)),
+            super::gemv_avx2::tile_fn(weights)
+                .or_else(|| super::gemv_avx2_q5::tile_fn(weights))
+                .or_else(|| super::gemv_avx2_k::tile_fn(weights)),
             super::gemv_avx512::tile_fn(weights, Isa::Avx512),
         )
     };
@@ -219,7 +223,10 @@ pub fn scalar_dot_fn(weights: DType) -> Option<DotFn> {
         DType::Q5_0 => super::dot_quant5::dot_q5_0_q8_0,
         DType::Q4_1 => super::dot_quant5::dot_q4_1_q8_1,
         DType::Q5_1 => super::dot_quant5::dot_q5_1_q8_1,
+        DType::Q2K => super::dot_kquant::dot_q2_k_q8_k,
+        DType::Q3K => super::dot_kquant::dot_q3_k_q8_k,
         DType::Q4K => dot_quant::dot_q4_k_q8_k,
+        DType::Q5K => super::dot_kquant::dot_q5_k_q8_k,
         DType::Q6K => dot_quant::dot_q6_k_q8_k,
         DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })

@@ -1,5 +1,5 @@
 //! AVX2/FMA/F16C dot products for the hottest weight types: F32, F16, BF16,
-//! Q4_0, Q8_0, Q4K and Q6K.
+//! Q4_0, Q8_0, Q4K and Q6K (Q2K, Q3K and Q5K: [`super::gemv_avx2_k`]).
 //!
 //! Each `*_avx2` function is compiled with `#[target_feature]` and may only
 //! run on a CPU that has AVX2, FMA and F16C. The safe wrappers handed out by

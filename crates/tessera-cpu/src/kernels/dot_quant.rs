@@ -1,5 +1,5 @@
 //! Portable dot products of quantized weight rows with quantized activations:
-//! Q4_0 x Q8_0, Q8_0 x Q8_0, Q4K x Q8K, Q6K x Q8K.
+//! Q4_0 x Q8_0, Q8_0 x Q8_0, Q4K x Q8K, Q6K x Q8K (Q2K, Q3K, Q5K: [`super::dot_kquant`]).
 //!
 //! These are the reference semantics (ggml's `ggml_vec_dot_*_generic`): per
 //! block, an exact integer sum of products, scaled by the product of the two
@@ -195,6 +195,15 @@ mod tests {
                     put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
                 }
                 DType::Q6K => put_f16(b, 208, 0.001 + 0.01 * rng.f32().abs()),
+                DType::Q5K => {
+                    put_f16(b, 0, 0.001 + 0.01 * rng.f32().abs());
+                    put_f16(b, 2, 0.001 + 0.01 * rng.f32().abs());
+                }
+                DType::Q2K => {
+                    put_f16(b, 80, 0.001 + 0.01 * rng.f32().abs());
+                    put_f16(b, 82, 0.001 + 0.01 * rng.f32().abs());
+                }
+                DType::Q3K => put_f16(b, 108, 0.001 + 0.01 * rng.f32().abs()),
                 _ => {}
             }
         }
@@ -263,6 +272,13 @@ mod tests {
                     }
                     out.extend(y);
                 }
+                // Q2K, Q3K, Q5K: ggml's dequantize_row_* (tessera-core,
+                // checked bit for bit against ggml's C), widened to f64.
+                DType::Q2K | DType::Q3K | DType::Q5K => {
+                    let mut y = [0f32; 256];
+                    tessera::quant::to_f32(t, b, &mut y).unwrap();
+                    out.extend(y.iter().map(|&v| f64::from(v)));
+                }
                 _ => unreachable!("test covers quantized types only"),
             }
         }
@@ -277,6 +293,9 @@ mod tests {
             (DType::Q8_0, DType::Q8_0),
             (DType::Q4K, DType::Q8K),
             (DType::Q6K, DType::Q8K),
+            (DType::Q2K, DType::Q8K),
+            (DType::Q3K, DType::Q8K),
+            (DType::Q5K, DType::Q8K),
         ] {
             for n in [256usize, 512, 1024] {
                 let x = random_blocks(t, n / t.block_size(), &mut rng);

@@ -7,7 +7,7 @@
 //!   weights are ggml's `to_float` values, activations stay f32, sums are
 //!   f32 — tighter than ggml, which quantizes the activations.
 //! - **integer path** (`gemm_q8`; Q4_0, Q8_0, Q4_K, Q6_K with AVX-512 VNNI
-//!   in `gemm_vnni`, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K with plain AVX2 in
+//!   in `gemm_vnni`, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K with plain AVX2 in
 //!   `gemm_q8_avx2`):
 //!   weights stay 8-bit codes, activations are quantized to 8 bits per 32
 //!   values (like ggml's Q8_0), and `vpdpbusd` (64 multiply-adds per

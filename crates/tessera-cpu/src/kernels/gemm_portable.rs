@@ -70,7 +70,10 @@ pub(super) fn dequant(t: DType) -> Option<DequantFn> {
         DType::Q4_1 => to_f32_q4_1,
         DType::Q5_0 => to_f32_q5_0,
         DType::Q5_1 => to_f32_q5_1,
+        DType::Q2K => to_f32_q2k,
+        DType::Q3K => to_f32_q3k,
         DType::Q4K => to_f32_q4k,
+        DType::Q5K => to_f32_q5k,
         DType::Q6K => to_f32_q6k,
         DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })
@@ -105,5 +108,8 @@ to_f32!(to_f32_q4_0, DType::Q4_0);
 to_f32!(to_f32_q4_1, DType::Q4_1);
 to_f32!(to_f32_q5_0, DType::Q5_0);
 to_f32!(to_f32_q5_1, DType::Q5_1);
+to_f32!(to_f32_q2k, DType::Q2K);
+to_f32!(to_f32_q3k, DType::Q3K);
 to_f32!(to_f32_q4k, DType::Q4K);
+to_f32!(to_f32_q5k, DType::Q5K);
 to_f32!(to_f32_q6k, DType::Q6K);

@@ -1,5 +1,5 @@
 //! The integer path of the packed GEMM ([`super::gemm`]) for quantized
-//! weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): weights stay 8-bit codes, activations
+//! weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): weights stay 8-bit codes, activations
 //! are quantized to 8 bits, and the micro-kernels (`gemm_vnni`:
 //! `vpdpbusd`, 64 multiply-adds per instruction against 16 for an f32 FMA;
 //! `gemm_q8_avx2`: `vpmaddubsw`) sum byte products exactly, scaling in f32
@@ -7,7 +7,7 @@
 //! unpacker, and the packing of both panels.
 //!
 //! Every supported weight type is written per sub-block `s` of `S` values
-//! (`S` = 32, or 16 for Q6_K) as `x = w_s * u + o_s` with unsigned codes
+//! (`S` = 32, or 16 for Q5_0, Q5_1 and the K-quants but Q4_K) as `x = w_s * u + o_s` with unsigned codes
 //! `u` (0..=255) and f32 `w_s`, `o_s`:
 //!
 //! | type | `u` | `w_s` | `o_s` |
@@ -17,7 +17,10 @@
 //! | Q5_0 | 5-bit `q` | `d` | `-16 d` (`S` = 16, see `gemm_q8_avx2`) |
 //! | Q5_1 | 5-bit `q` | `d` | `m` (`S` = 16) |
 //! | Q8_0 | `q + 128` | `d` | `-128 d` |
+//! | Q2_K | 2-bit `q` | `d sc_s` | `-dmin m_s` (`S` = 16) |
+//! | Q3_K | 3-bit `q + 4` | `d (sc_s - 32)` | `-4 w_s` (`S` = 16) |
 //! | Q4_K | nibble | `d sc_s` | `-dmin m_s` |
+//! | Q5_K | 5-bit `q` | `d sc_s` | `-dmin m_s` (`S` = 16, pairs share them) |
 //! | Q6_K | 6-bit `q` | `d sc_s` | `-32 d sc_s` |
 //!
 //! Activations are quantized per column in blocks of [`QB`] = 32 values,
@@ -99,7 +102,9 @@ pub(crate) fn sub_size(t: DType) -> Option<usize> {
         DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K => Some(32),
         // 5-bit codes: the AVX2 kernel's 16-bit sums must be widened every
         // two steps, which its 16-value sub-block variant does.
-        DType::Q6K | DType::Q5_0 | DType::Q5_1 => Some(16),
+        DType::Q6K | DType::Q5_0 | DType::Q5_1 | DType::Q5K => Some(16),
+        // 16-value sub-blocks of their own.
+        DType::Q2K | DType::Q3K => Some(16),
         _ => None,
     }
 }
@@ -242,6 +247,52 @@ pub(crate) fn unpack_blocks(t: DType, src: &[u8], codes: &mut [u8], scales: &mut
                         let (scale, min) = get_scale_min_k4(j, &packed);
                         *s = (d * f32::from(scale), -dmin * f32::from(min));
                     }
+                }
+            }
+            DType::Q2K => {
+                let (d, dmin) = (f16(x, 80), f16(x, 82));
+                let qs = x.get(16..80).unwrap_or(&[]);
+                for (e, o) in out.iter_mut().enumerate() {
+                    let byte = qs.get((e / 128) * 32 + e % 32).copied().unwrap_or(0);
+                    *o = (byte >> (2 * ((e % 128) / 32))) & 3;
+                }
+                for (s, &v) in sc.iter_mut().zip(x) {
+                    *s = (d * f32::from(v & 0xF), -dmin * f32::from(v >> 4));
+                }
+            }
+            DType::Q3K => {
+                let d = f16(x, 108);
+                let (hm, qs) = (x.get(..32).unwrap_or(&[]), x.get(32..96).unwrap_or(&[]));
+                for (e, o) in out.iter_mut().enumerate() {
+                    let byte = qs.get((e / 128) * 32 + e % 32).copied().unwrap_or(0);
+                    let h = hm.get(e % 32).map_or(0, |&h| (h >> (e / 32)) & 1);
+                    *o = ((byte >> (2 * ((e % 128) / 32))) & 3) | (h << 2);
+                }
+                if let Some(s12) = x.get(96..108) {
+                    for (j, s) in sc.iter_mut().enumerate() {
+                        let lo = if j < 8 { s12[j] & 0xF } else { s12[j - 8] >> 4 };
+                        let hi = (s12[8 + j % 4] >> (2 * (j / 4))) & 3;
+                        let w = d * f32::from(i16::from(lo | (hi << 4)) - 32);
+                        *s = (w, -4.0 * w);
+                    }
+                }
+            }
+            DType::Q5K => {
+                let (d, dmin) = (f16(x, 0), f16(x, 2));
+                let mut packed = [0u8; 12];
+                for (p, &v) in packed.iter_mut().zip(x.iter().skip(4)) {
+                    *p = v;
+                }
+                let (qh, qs) = (x.get(16..48).unwrap_or(&[]), x.get(48..).unwrap_or(&[]));
+                for (e, o) in out.iter_mut().enumerate() {
+                    let byte = qs.get((e / 64) * 32 + e % 32).copied().unwrap_or(0);
+                    let low = if e % 64 < 32 { byte & 0xF } else { byte >> 4 };
+                    let h = qh.get(e % 32).map_or(0, |&h| (h >> (e / 32)) & 1);
+                    *o = low | (h << 4);
+                }
+                for (j, s) in sc.iter_mut().enumerate() {
+                    let (scale, min) = get_scale_min_k4(j / 2, &packed);
+                    *s = (d * f32::from(scale), -dmin * f32::from(min));
                 }
             }
             DType::Q6K => {

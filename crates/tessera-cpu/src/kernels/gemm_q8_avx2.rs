@@ -10,7 +10,8 @@
 //! (a whole 32-value sub-block) add up to 30480; Q6_K codes are at most 63
 //! (pairs up to 16002), so they widen every two steps, and so do Q5_0's
 //! and Q5_1's codes (at most 31, pairs up to 7874; 16-value sub-blocks;
-//! Q4_1's nibbles are Q4_0's). Q8_0 (codes up to
+//! Q4_1's nibbles are Q4_0's; Q5_K's codes are also at most 31, Q2_K's 3
+//! and Q3_K's 7, all on 16-value sub-blocks). Q8_0 (codes up to
 //! 255 would saturate) stays on the f32 path on these CPUs. Per sub-block
 //! the exact integer sums are scaled into f32 as in the VNNI kernels.
 //!
@@ -64,6 +65,9 @@ pub(crate) mod imp {
             DType::Q4_1,
             DType::Q5_0,
             DType::Q5_1,
+            DType::Q2K,
+            DType::Q3K,
+            DType::Q5K,
         ],
     };
 

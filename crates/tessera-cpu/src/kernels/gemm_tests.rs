@@ -186,7 +186,10 @@ fn dequantizers_match_the_reference() {
         DType::Q5_0,
         DType::Q4_1,
         DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
     ];
     for (name, ks) in sets() {
@@ -411,6 +414,9 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::F32, 33, 5, 1, [2, 1], [2, 3], &mut rng);
     // Quantized weights over two slices, small m (one unit per matrix).
     driver_case(DType::Q4K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
+    driver_case(DType::Q2K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
+    driver_case(DType::Q3K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
+    driver_case(DType::Q5K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
     driver_case(DType::Q6K, 256, 40, 7, [1, 1], [1, 1], &mut rng);
     driver_case(DType::Q4_0, 288, 31, 13, [1, 1], [2, 1], &mut rng);
     driver_case(DType::Q5_0, 288, 19, 13, [1, 1], [1, 2], &mut rng);

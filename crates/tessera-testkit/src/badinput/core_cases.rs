@@ -5,7 +5,9 @@
 
 use proptest::prelude::*;
 use tessera::dtype::ALL_DTYPES;
-use tessera::quant::{self, BlockQ4_0, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K};
+use tessera::quant::{
+    self, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8K,
+};
 use tessera::{DType, Layout, MAX_DIMS};
 
 use super::strategies::{dtype, extent, raw_layout, sample, shape};
@@ -177,7 +179,10 @@ fn quant_cases() -> Vec<Case> {
                 }
                 both!(BlockQ4_0, quant::QK4_0);
                 both!(BlockQ8_0, quant::QK8_0);
+                both!(BlockQ2K, quant::QK_K);
+                both!(BlockQ3K, quant::QK_K);
                 both!(BlockQ4K, quant::QK_K);
+                both!(BlockQ5K, quant::QK_K);
                 both!(BlockQ6K, quant::QK_K);
                 both!(BlockQ8K, quant::QK_K);
                 let _ = r;

@@ -7,13 +7,16 @@ use tessera::{DType, Result};
 use super::{Case, CaseGraph, fmt_ne, fmt_perm, permuted_leaf};
 
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-const QUANTS: [DType; 7] = [
+const QUANTS: [DType; 10] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
 ];
 const SWAP12: Option<[usize; 4]> = Some([0, 2, 1, 3]);

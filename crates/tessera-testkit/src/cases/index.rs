@@ -6,7 +6,7 @@ use tessera::DType;
 
 use super::{Case, CaseGraph, Init, fmt_ne, fmt_perm, permuted_leaf};
 
-const ROW_TYPES: [DType; 11] = [
+const ROW_TYPES: [DType; 14] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -15,7 +15,10 @@ const ROW_TYPES: [DType; 11] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
     DType::I32,
 ];

@@ -481,6 +481,48 @@ impl RefMemory {
         store_view(self.region_mut(root)?, &layout, offs, values)
     }
 
+    /// Copy the blocks of quantized tensor `src` into `dst` (same type,
+    /// same row length and row count), row by row in logical order.
+    pub fn copy_blocks(&mut self, graph: &Graph, src: TensorId, dst: TensorId) -> Result<()> {
+        let sl = graph.node(src)?.layout;
+        let dl = graph.node(dst)?.layout;
+        let (sroot, soffs) = graph.memory_root(src)?;
+        let (droot, doffs) = graph.memory_root(dst)?;
+        let rows = |l: &Layout| l.ne[1] * l.ne[2] * l.ne[3];
+        if sl.dtype != dl.dtype || sl.ne[0] != dl.ne[0] || rows(&sl) != rows(&dl) {
+            return Err(Error::InvalidLayout(format!(
+                "blocks of {sl} copied into {dl}"
+            )));
+        }
+        check_view(self.region(sroot)?, &sl, soffs)?;
+        let sbytes = self.region(sroot)?.to_bytes();
+        let region = self.region_mut(droot)?;
+        check_view(region, &dl, doffs)?;
+        let (ts, bs) = (dl.dtype.type_size(), dl.dtype.block_size());
+        let Storage::Blocks(dv) = &mut region.storage else {
+            return Err(quantized_element(dl.dtype));
+        };
+        let at = |l: &Layout, k: usize| {
+            [
+                k % l.ne[1],
+                (k / l.ne[1]) % l.ne[2],
+                k / (l.ne[1] * l.ne[2]),
+            ]
+        };
+        for k in 0..rows(&sl) {
+            let so = row_offset(&sl, soffs, at(&sl, k))?;
+            let d0 = row_offset(&dl, doffs, at(&dl, k))?;
+            for b in 0..sl.ne[0] / bs {
+                let (s, d) = (so + b * sl.nb[0], d0 + b * dl.nb[0]);
+                match (sbytes.get(s..s + ts), dv.get_mut(d..d + ts)) {
+                    (Some(from), Some(to)) => to.copy_from_slice(from),
+                    _ => return Err(Error::OutOfBounds(format!("block {b} of row {k} of {dl}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Store one row `(i1, i2, i3)` of tensor `id`.
     pub fn store_row(
         &mut self,

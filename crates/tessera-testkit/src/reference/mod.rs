@@ -67,6 +67,14 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
             return Ok(());
         }
         Op::Dup | Op::Cont => load(mem, 0)?,
+        // Same-type quantized copies move the blocks (ggml copies bytes;
+        // re-quantizing dequantized values is not the identity for every type).
+        Op::Cpy
+            if node.layout.dtype.is_quantized()
+                && graph.node(src(node, 0)?)?.layout.dtype == node.layout.dtype =>
+        {
+            return mem.copy_blocks(graph, src(node, 0)?, id);
+        }
         Op::Cpy => load(mem, 0)?.reshaped(node.layout.ne)?,
         Op::SetRows => return set_rows(graph, mem, id, node),
         Op::GetRows => index::get_rows(&load(mem, 0)?, &load(mem, 1)?)?,
