@@ -17,7 +17,7 @@
 
 use tessera::DType;
 
-use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+use super::dot::{DotFn, GemvFn, TILE_COLS, TILE_ROWS, TileFn};
 
 /// The AVX2 one-row dot product of `weights`, if this module has one and
 /// the CPU has AVX2, FMA and F16C.
@@ -31,6 +31,12 @@ pub fn tile_fn(weights: DType) -> Option<TileFn> {
     imp::tile_fn(weights)
 }
 
+/// The AVX2 many-row product of `weights` ([`GemvFn`]), if this module has
+/// one and the CPU has AVX2, FMA and F16C.
+pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+    imp::gemv_fn(weights)
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::*;
@@ -39,6 +45,9 @@ mod imp {
         None
     }
     pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+    pub fn gemv_fn(_weights: DType) -> Option<GemvFn> {
         None
     }
 }
@@ -94,6 +103,43 @@ mod imp {
             _ => return None,
         })
     }
+
+    pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::Q2K => q2k_gemv,
+            DType::Q3K => q3k_gemv,
+            DType::Q5K => q5k_gemv,
+            _ => return None,
+        })
+    }
+
+    /// The safe many-row product of kind `$k`, one row per call (the
+    /// K-quants stream one row at a time best).
+    macro_rules! gemv_wrapper {
+        ($gemv:ident, $k:expr) => {
+            fn $gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+                let yp = [y.as_ptr()];
+                crate::kernels::dot::gemv_rows::<1>(
+                    a,
+                    stride,
+                    y,
+                    out,
+                    (block_bytes($k), Q8K_BYTES),
+                    // SAFETY: `gemv_rows` passes rows of `n` whole blocks,
+                    // and `y` holds `n` blocks; `gemv_fn` checked the CPU.
+                    |xp, n| unsafe { [tile::<{ $k }, 1>(xp[0], yp, n)[0]] },
+                    // SAFETY: as above.
+                    |x, n| unsafe { tile::<{ $k }, 1>(x, yp, n)[0] },
+                );
+            }
+        };
+    }
+    gemv_wrapper!(q2k_gemv, Q2K);
+    gemv_wrapper!(q3k_gemv, Q3K);
+    gemv_wrapper!(q5k_gemv, Q5K);
 
     /// Safe one-row dot product and tile wrappers of kind `$k`.
     macro_rules! wrappers {
