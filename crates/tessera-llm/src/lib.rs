@@ -19,6 +19,6 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use generate::{GenerationStats, generate};
-pub use params::{Arch, Params};
+pub use params::{Arch, Moe, Params};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{Model, Session, SessionOptions};

@@ -117,10 +117,27 @@ fn argmax(l: &[f32]) -> u32 {
 
 #[test]
 fn synthetic_models_match_llama_cpp() {
-    let models = common::llama_models_dir();
     let refs = parse(include_str!("data/synthetic.ref"));
     assert_eq!(refs.len(), 16, "4 architectures x 4 weight types");
     for c in refs {
+        check_synthetic(&c);
+    }
+}
+
+/// The mixture-of-experts architecture (8 experts, 2 used per token), same
+/// rules: the references are `data/synthetic-moe.ref`.
+#[test]
+fn synthetic_moe_models_match_llama_cpp() {
+    let refs = parse(include_str!("data/synthetic-moe.ref"));
+    assert_eq!(refs.len(), 4, "qwen3moe x 4 weight types");
+    for c in refs {
+        check_synthetic(&c);
+    }
+}
+
+fn check_synthetic(c: &Case) {
+    let models = common::llama_models_dir();
+    {
         let arch = Arch::from_name(&c.arch).unwrap();
         let wtype = DType::from_name(&c.wtype).unwrap();
         let vocab = GgufFile::open(models.join(format!("ggml-vocab-{}.gguf", c.vocab))).unwrap();

@@ -94,6 +94,8 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         Op::RmsNorm { eps } => rows::rms_norm(&load(mem, 0)?, f64::from(eps))?,
         Op::Norm { eps } => rows::norm(&load(mem, 0)?, f64::from(eps))?,
         Op::MulMat => matmul::mul_mat(&load(mem, 0)?, &load(mem, 1)?)?,
+        Op::MulMatId => matmul::mul_mat_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
+        Op::AddId => matmul::add_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
         Op::SoftMax { scale, max_bias } => rows::soft_max(
             &load(mem, 0)?,
             load_opt(mem, 1)?.as_ref(),
