@@ -157,6 +157,11 @@ fn check_synthetic(c: &Case) {
         // activations: 3e-2 (measured: at most 2.4e-2).
         let scale = c.logits.iter().fold(0f32, |m, v| m.max(v.abs()));
         let tol = if wtype.is_quantized() { 3e-2 } else { 1e-3 } * scale;
+        let worst = steps[0]
+            .iter()
+            .zip(&c.logits)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        eprintln!("{}: largest logit difference {:.2e} of the largest logit", c.text, worst / scale);
         for (i, (a, b)) in steps[0].iter().zip(&c.logits).enumerate() {
             assert!(
                 (a - b).abs() <= tol,
