@@ -161,7 +161,11 @@ fn check_synthetic(c: &Case) {
             .iter()
             .zip(&c.logits)
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        eprintln!("{}: largest logit difference {:.2e} of the largest logit", c.text, worst / scale);
+        eprintln!(
+            "{}: largest logit difference {:.2e} of the largest logit",
+            c.text,
+            worst / scale
+        );
         for (i, (a, b)) in steps[0].iter().zip(&c.logits).enumerate() {
             assert!(
                 (a - b).abs() <= tol,
