@@ -289,6 +289,15 @@ pub enum Op {
         /// Fused form only: `g` is the first half and `x` the second.
         swapped: bool,
     },
+    /// gpt-oss's clamped SwiGLU (ggml's `GGML_GLU_OP_SWIGLU_OAI`, split form):
+    /// `x = min(src0, limit)`, `g = clamp(src1, -limit, limit)`,
+    /// `x * sigmoid(alpha x) * (g + 1)`.
+    SwiGluOai {
+        /// Sigmoid slope.
+        alpha: f32,
+        /// Clamp bound.
+        limit: f32,
+    },
     /// `src0` and `src1` joined along `dim`.
     Concat {
         /// Dimension joined along.
@@ -348,7 +357,7 @@ impl Op {
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::Rope(_) => "ROPE",
             Op::Unary(_) => "UNARY",
-            Op::Glu { .. } => "GLU",
+            Op::Glu { .. } | Op::SwiGluOai { .. } => "GLU",
             Op::Concat { .. } => "CONCAT",
             Op::Argmax => "ARGMAX",
             Op::SumRows => "SUM_ROWS",
@@ -363,6 +372,7 @@ impl Op {
         match self {
             Op::Unary(u) => u.name(),
             Op::Glu { op, .. } => op.name(),
+            Op::SwiGluOai { .. } => "SWIGLU_OAI",
             _ => self.name(),
         }
     }

@@ -118,6 +118,9 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
                     d.ne[0] == a.ne[0]
                 }
         }
+        (Op::SwiGluOai { .. }, Some(a), Some(b), _) => {
+            [a.dtype, b.dtype, d.dtype] == [DType::F32; 3] && a.ne == d.ne && b.ne == d.ne
+        }
         (Op::Glu { .. }, Some(a), b, _) => {
             let same_type = floats(a.dtype) && d.dtype == a.dtype;
             match b {

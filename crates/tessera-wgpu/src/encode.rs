@@ -453,6 +453,14 @@ fn encode_node(
             ];
             call.items(batch, core, "glu", GLU, n)
         }
+        Op::SwiGluOai { alpha, limit } => {
+            let a = src(0).ok_or_else(missing)?;
+            let g = src(1).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(g)])?;
+            call.params.iu = [0, 1, 0, 1];
+            call.params.fp = [alpha, limit, 0.0, 0.0];
+            call.items(batch, core, "glu", GLU, n)
+        }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
             let mut call = Call::new(&dst, &[Some(a), None])?;

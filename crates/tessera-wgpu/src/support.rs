@@ -196,6 +196,9 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
                 && d.ne == [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
                 && mul_mat_ok(a, b)
         }
+        (Op::SwiGluOai { .. }, Some(a), Some(b), _) => {
+            [a.dtype, b.dtype, d.dtype] == [DType::F32; 3] && a.ne == d.ne && b.ne == d.ne
+        }
         (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
             let mut one = *a;
             one.ne[2] = 1;

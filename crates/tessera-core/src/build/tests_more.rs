@@ -180,4 +180,14 @@ fn mul_mat_id_and_add_id() {
     invalid(g.add_id(y, bias, ids_bad), "ADD_ID");
     let ids_f = t(&mut g, DType::F32, &[2, 5]);
     invalid(g.add_id(y, bias, ids_f), "ADD_ID");
+
+    let x = t(&mut g, DType::F32, &[16, 2, 5]);
+    let s = g.swiglu_oai(x, y, 1.702, 7.0).unwrap();
+    assert_eq!(ne(&g, s), [16, 2, 5, 1]);
+    assert_eq!(g.node(s).unwrap().op.display_name(), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, bias, 1.702, 7.0), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, y, f32::NAN, 7.0), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, y, 1.0, f32::NAN), "SWIGLU_OAI");
+    let h = t(&mut g, DType::F16, &[16, 2, 5]);
+    invalid(g.swiglu_oai(h, h, 1.0, 1.0), "SWIGLU_OAI");
 }

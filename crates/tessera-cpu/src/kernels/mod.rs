@@ -215,6 +215,7 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
         Op::Scale { .. } => unary::scale,
         Op::Unary(_) => unary::unary,
         Op::Glu { .. } => glu::glu,
+        Op::SwiGluOai { .. } => glu::swiglu_oai,
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::norm,
         Op::SoftMax { .. } => softmax::soft_max,
         Op::Rope(_) => rope::rope,

@@ -1,7 +1,8 @@
 //! Mixture-of-experts cases: MUL_MAT_ID for every weight type of
 //! `MUL_MAT_WEIGHT_TYPES` (8 experts; 1, 2 or 4 used; 1 and 32 tokens; `b`
 //! per expert or broadcast; ids from a leaf of distinct experts per token, or
-//! the strided top-k view of an ARGSORT as a model builds them), and ADD_ID.
+//! the strided top-k view of an ARGSORT as a model builds them), ADD_ID and
+//! gpt-oss's SWIGLU_OAI.
 
 use tessera::{DType, MUL_MAT_WEIGHT_TYPES, SortOrder};
 
@@ -48,6 +49,30 @@ pub(super) fn cases(v: &mut Vec<Case>) {
     for (n_used, n_tokens) in [(1, 1), (2, 5), (4, 32)] {
         push_add_id(v, 33, 8, n_used, n_tokens);
     }
+    // gpt-oss's constants (alpha 1.702, limit 7) over values that cross the
+    // limits, a tight limit, and a negative one (every g clamps to -limit).
+    for (alpha, limit, range) in [(1.702, 7.0, 10.0), (1.0, 0.5, 1.0), (1.702, -0.25, 1.0)] {
+        push_swiglu_oai(v, [33, 4, 3], alpha, limit, range);
+    }
+}
+
+fn push_swiglu_oai(v: &mut Vec<Case>, ne: [usize; 3], alpha: f32, limit: f32, range: f32) {
+    let name = format!(
+        "SWIGLU_OAI(type=f32,ne={},alpha={alpha},limit={limit},range={range})",
+        fmt_ne(&ne)
+    );
+    v.push(Case::new("SWIGLU_OAI", name, move || {
+        let mut g = CaseGraph::new();
+        let init = || Init::Uniform {
+            lo: -range,
+            hi: range,
+        };
+        let x = g.leaf_init("x", DType::F32, &ne, init())?;
+        let y = g.leaf_init("g", DType::F32, &ne, init())?;
+        let out = g.swiglu_oai(x, y, alpha, limit)?;
+        g.check(out)?;
+        Ok(g.finish())
+    }));
 }
 
 fn push_mul_mat_id(v: &mut Vec<Case>, t: DType, k: usize, s: Shape) {

@@ -113,6 +113,12 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
             Some(g) => elementwise::glu_split(op, &load(mem, 0)?, &mem.load(graph, g)?)?,
             None => elementwise::glu_fused(op, &load(mem, 0)?, swapped)?,
         },
+        Op::SwiGluOai { alpha, limit } => elementwise::swiglu_oai(
+            &load(mem, 0)?,
+            &load(mem, 1)?,
+            f64::from(alpha),
+            f64::from(limit),
+        )?,
         Op::Concat { dim } => index::concat(&load(mem, 0)?, &load(mem, 1)?, usize::from(dim))?,
         Op::Argmax => rows::argmax(&load(mem, 0)?)?,
         Op::SumRows => rows::sum_rows(&load(mem, 0)?)?,
