@@ -26,6 +26,11 @@
 # any x86-64-v3 machine; results do not depend on the build machine's CPU
 # beyond that.
 #
+# With GGML_SHARED=/path/to/dir (holding libggml-base.so, libggml-cpu.so and
+# libggml.so of the same ggml, e.g. /tmp/llama-tools/bin), steps 1-3 are
+# skipped and ggml_ops links against those (the MUL_MAT_ID/ADD_ID cases were
+# added so; every earlier case came out byte-identical).
+#
 # Usage: scripts/ggml-op-fixtures/generate.sh   (from anywhere; needs gcc, g++, python3, pip)
 set -euo pipefail
 
@@ -38,6 +43,18 @@ SDIST="$W/llama_cpp_python-$VERSION.tar.gz"
 GGML="$W/llama_cpp_python-$VERSION/vendor/llama.cpp/ggml"
 PYTHON="${PYTHON:-python3}"
 OUT="$ROOT/crates/tessera-cpu/tests/fixtures/ggml"
+
+if [ -n "${GGML_SHARED:-}" ]; then
+    GGML="${GGML_SRC:-$W/llama_cpp_python-$VERSION/vendor/llama.cpp/ggml}"
+    TMP="$(mktemp -d)"
+    gcc -std=c11 -O2 -Wall -Wextra -c "$HERE/ggml_ops.c" -o "$TMP/ggml_ops.o" -I "$GGML/include"
+    g++ "$TMP/ggml_ops.o" -o "$TMP/ggml_ops" -L"$GGML_SHARED" -lggml-cpu -lggml-base -lggml \
+        -Wl,-rpath,"$GGML_SHARED" -lm -lpthread
+    mkdir -p "$OUT"
+    "$TMP/ggml_ops" "$OUT/ops.bin" "$OUT/cases.txt"
+    ls -l "$OUT"
+    exit 0
+fi
 
 mkdir -p "$W"
 if [ ! -f "$SDIST" ]; then

@@ -57,6 +57,9 @@
 //   concat             a, b    dim               ggml_concat(a, b, dim)
 //   argmax, sum_rows   a
 //   flash_attn_ext     q, k, v[, mask] scale max_bias softcap
+//   mul_mat_id         as, b, ids                ggml_mul_mat_id(as, b, ids)
+//   add_id             a, b, ids                 ggml_add_id(a, b, ids)
+//   swiglu_oai         a, b    alpha limit       ggml_swiglu_oai(a, b, alpha, limit)
 // Any input X may carry `perm_X=a0,a1,a2,a3` (the op sees
 // `ggml_permute(X, a0, a1, a2, a3)`) or `transpose_X=1` (`ggml_transpose(X)`).
 
@@ -570,6 +573,47 @@ static void cases_mul_mat(void) {
     }
 }
 
+// Mixture of experts: 8 experts, 2 used per token, 5 tokens; b per expert
+// used or broadcast (one row per token); distinct ids per token, every
+// expert used at least once and some several times.
+static void cases_moe(void) {
+    const struct { const char * tn; enum ggml_type t; } ws[] = {
+        { "f32", GGML_TYPE_F32 },   { "f16", GGML_TYPE_F16 },   { "q8_0", GGML_TYPE_Q8_0 },
+        { "q4_0", GGML_TYPE_Q4_0 }, { "q4_K", GGML_TYPE_Q4_K }, { "q6_K", GGML_TYPE_Q6_K },
+    };
+    static const int32_t ids[] = { 3, 0,   7, 3,   1, 2,   5, 6,   4, 3 };
+    const int64_t k = 256;
+    char name[64];
+    fcase c;
+    for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
+        for (int bcast = 0; bcast < 2; bcast++) {
+            snprintf(name, sizeof(name), "mul_mat_id_%s_%s", ws[i].tn, bcast ? "bcast" : "per_expert");
+            begin(&c, name, "mul_mat_id");
+            T * as = input_u(&c, "as", ws[i].t, k, 7, 8, 1, -1, 1);
+            T * b = input_u(&c, "b", GGML_TYPE_F32, k, bcast ? 1 : 2, 5, 1, -1, 1);
+            T * x = input_i32(&c, "ids", 2, 5, 1, ids);
+            finish(&c, ggml_mul_mat_id(c.ctx, as, b, x));
+        }
+    }
+    begin(&c, "add_id_f32", "add_id");
+    T * a = input_u(&c, "a", GGML_TYPE_F32, 19, 2, 5, 1, -1, 1);
+    T * b = input_u(&c, "b", GGML_TYPE_F32, 19, 8, 1, 1, -1, 1);
+    T * x = input_i32(&c, "ids", 2, 5, 1, ids);
+    finish(&c, ggml_add_id(c.ctx, a, b, x));
+
+    // gpt-oss's constants over values crossing the limit, and a tight limit.
+    const float sw[][3] = { { 1.702f, 7.0f, 10.0f }, { 1.0f, 0.5f, 1.0f } };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(name, sizeof(name), "swiglu_oai_%zu", i);
+        begin(&c, name, "swiglu_oai");
+        T * x0 = input_u(&c, "a", GGML_TYPE_F32, 33, 4, 3, 1, -sw[i][2], sw[i][2]);
+        T * g0 = input_u(&c, "b", GGML_TYPE_F32, 33, 4, 3, 1, -sw[i][2], sw[i][2]);
+        paramf(&c, "alpha", sw[i][0]);
+        paramf(&c, "limit", sw[i][1]);
+        finish(&c, ggml_swiglu_oai(c.ctx, x0, g0, sw[i][0], sw[i][1]));
+    }
+}
+
 static void cases_get_rows(void) {
     const struct { const char * tn; enum ggml_type t; int64_t ne0; } ts[] = {
         { "f32", GGML_TYPE_F32, 19 },   { "f16", GGML_TYPE_F16, 19 },   { "q8_0", GGML_TYPE_Q8_0, 64 },
@@ -799,6 +843,7 @@ int main(int argc, char ** argv) {
     cases_copy();
     cases_reduce();
     cases_flash_attn();
+    cases_moe();
 
     const uint32_t nc = (uint32_t) n_cases;
     memcpy(out_buf + n_cases_at, &nc, 4);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reference outputs of llama.cpp for Tessera's model tests
 # (crates/tessera-llm/tests/data/*.ref), made on the same files Tessera runs:
-#   - synthetic models of every architecture and weight type (written by
+#   - synthetic models of every architecture and weight type (the
+#     mixture-of-experts qwen3moe in synthetic-moe.ref) (written by
 #     `cargo run --example synth`, deterministic, with real vocabularies
 #     from llama.cpp's models/ folder): prompt ids, greedy ids, first logits;
 #   - the real Gemma 3 270M Q4_K_M (the default model): prompt ids and 48
@@ -22,7 +23,7 @@ REF=$WORK/llama_ref
 gcc -O2 -o "$REF" "$HERE/llama_ref.c" -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/ggml/include" \
   -L"$LLAMA_BUILD/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$LLAMA_BUILD/bin"
 (cd "$ROOT" && cargo build --release -q -p tessera-llm --example synth)
-SYNTH=$ROOT/target/release/examples/synth
+SYNTH=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/synth
 PROMPT="Hello world, this is a test of the synthetic model"
 {
   echo "# llama.cpp (of llama-cpp-python 0.3.36) on synthetic models: arch wtype vocab"
@@ -40,6 +41,17 @@ PROMPT="Hello world, this is a test of the synthetic model"
     done
   done
 } > "$OUT/synthetic.ref"
+{
+  echo "# llama.cpp (of llama-cpp-python 0.3.36) on synthetic mixture-of-experts models"
+  echo "# (qwen3moe: 8 experts, 2 used): arch wtype vocab (flash attention off),"
+  echo "# prompt \"$PROMPT\", 32 greedy tokens, the first 64 logits after the prompt"
+  for wtype in f32 f16 q8_0 q4_0; do
+    f=$WORK/qwen3moe-$wtype.gguf
+    "$SYNTH" qwen3moe "$wtype" "$LLAMA_SRC/models/ggml-vocab-qwen2.gguf" "$f"
+    echo "model: qwen3moe $wtype qwen2"
+    LLAMA_REF_NO_FA=1 "$REF" "$f" 32 "$PROMPT" --logits 64
+  done
+} > "$OUT/synthetic-moe.ref"
 {
   echo "# llama.cpp (default settings: flash attention on) on gemma-3-270m-q4_k_m.gguf:"
   echo "# the 16 largest logits after the prompt, 48 greedy tokens; 'noise' is the largest"
@@ -60,4 +72,4 @@ def fibonacci(n):
 Les plus beaux paysages du monde sont
 PROMPTS
 } > "$OUT/gemma3-270m.ref"
-echo "wrote $OUT/synthetic.ref $OUT/gemma3-270m.ref"
+echo "wrote $OUT/synthetic.ref $OUT/synthetic-moe.ref $OUT/gemma3-270m.ref"

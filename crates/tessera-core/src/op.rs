@@ -263,6 +263,14 @@ pub enum Op {
     TopK,
     /// `dst[i, j] = sum_k src0[k, i] * src1[k, j]`, broadcast over dims 2-3.
     MulMat,
+    /// Mixture-of-experts product: `src0` holds one matrix per expert
+    /// `[k, m, n_as]`, `src1` the F32 activations `[k, ne11, n_tokens]`,
+    /// `src2` the I32 expert ids `[n_used, n_tokens]`:
+    /// `dst[:, e, t] = src0[:, :, ids[e, t]]^T src1[:, e % ne11, t]`.
+    MulMatId,
+    /// `src0 + src1[:, ids]`: F32 `a` `[ne0, ne1, ne2]` plus the row of the
+    /// F32 `b` `[ne0, n_as]` that the I32 `ids[i1, i2]` (`src2`) selects.
+    AddId,
     /// Row softmax of `src0 * scale + slope * mask` (mask `src1` optional).
     SoftMax {
         /// Logit scale.
@@ -280,6 +288,15 @@ pub enum Op {
         op: GluOp,
         /// Fused form only: `g` is the first half and `x` the second.
         swapped: bool,
+    },
+    /// gpt-oss's clamped SwiGLU (ggml's `GGML_GLU_OP_SWIGLU_OAI`, split form):
+    /// `x = min(src0, limit)`, `g = clamp(src1, -limit, limit)`,
+    /// `x * sigmoid(alpha x) * (g + 1)`.
+    SwiGluOai {
+        /// Sigmoid slope.
+        alpha: f32,
+        /// Clamp bound.
+        limit: f32,
     },
     /// `src0` and `src1` joined along `dim`.
     Concat {
@@ -335,10 +352,12 @@ impl Op {
             Op::RmsNorm { .. } => "RMS_NORM",
             Op::Norm { .. } => "NORM",
             Op::MulMat => "MUL_MAT",
+            Op::MulMatId => "MUL_MAT_ID",
+            Op::AddId => "ADD_ID",
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::Rope(_) => "ROPE",
             Op::Unary(_) => "UNARY",
-            Op::Glu { .. } => "GLU",
+            Op::Glu { .. } | Op::SwiGluOai { .. } => "GLU",
             Op::Concat { .. } => "CONCAT",
             Op::Argmax => "ARGMAX",
             Op::SumRows => "SUM_ROWS",
@@ -353,6 +372,7 @@ impl Op {
         match self {
             Op::Unary(u) => u.name(),
             Op::Glu { op, .. } => op.name(),
+            Op::SwiGluOai { .. } => "SWIGLU_OAI",
             _ => self.name(),
         }
     }

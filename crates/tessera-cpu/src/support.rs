@@ -118,6 +118,9 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
                     d.ne[0] == a.ne[0]
                 }
         }
+        (Op::SwiGluOai { .. }, Some(a), Some(b), _) => {
+            [a.dtype, b.dtype, d.dtype] == [DType::F32; 3] && a.ne == d.ne && b.ne == d.ne
+        }
         (Op::Glu { .. }, Some(a), b, _) => {
             let same_type = floats(a.dtype) && d.dtype == a.dtype;
             match b {
@@ -188,6 +191,28 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
             d.dtype == DType::F32
                 && d.ne == [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
                 && matmul::mul_mat_supported(a, b)
+        }
+        (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
+            d.dtype == DType::F32
+                && d.ne == [a.ne[1], ids.ne[0], b.ne[2], 1]
+                && matmul::id::mul_mat_id_supported(a, b, ids)
+        }
+        (Op::AddId, Some(a), Some(b), Some(ids)) => {
+            a.dtype == DType::F32
+                && b.dtype == DType::F32
+                && ids.dtype == DType::I32
+                && d.dtype == DType::F32
+                && d.ne == a.ne
+                && a.ne[0] == b.ne[0]
+                && a.ne[1] == ids.ne[0]
+                && a.ne[2] == ids.ne[1]
+                && a.ne[3] == 1
+                && b.ne[2] == 1
+                && b.ne[3] == 1
+                && ids.ne[2] == 1
+                && ids.ne[3] == 1
+                && (a.ne[0] <= 1 || (a.nb[0] == 4 && b.nb[0] == 4))
+                && i32::try_from(b.ne[1]).is_ok()
         }
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             d.dtype == DType::F32

@@ -638,3 +638,37 @@ fn long_chains_of_tiny_nodes_are_exact_on_any_thread_count() {
         assert_eq!(r.get(y), vec![6.0; 40000], "{threads} threads");
     }
 }
+
+#[test]
+fn expert_ids_out_of_range_are_errors() {
+    // MUL_MAT_ID and ADD_ID over 3 experts: a bad id in the data is an
+    // OutOfBounds naming it, on any thread count, and a good id computes.
+    let mut g = Graph::new();
+    let w = g.new_tensor(DType::F32, &[4, 2, 3]).unwrap();
+    let x = g.new_tensor(DType::F32, &[4, 1, 1]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[2, 1]).unwrap();
+    let y = g.mul_mat_id(w, x, ids).unwrap();
+    let bias = g.new_tensor(DType::F32, &[2, 3]).unwrap();
+    let z = g.add_id(y, bias, ids).unwrap();
+    g.set_output(z).unwrap();
+    let r = place(g);
+    r.set(w, &(0..24).map(f64::from).collect::<Vec<_>>());
+    r.set(x, &[1.0, 0.0, 0.0, 0.0]);
+    r.set(bias, &[100.0, 100.0, 200.0, 200.0, 300.0, 300.0]);
+    for threads in [1, 2, 3] {
+        let stream = cpu_util::stream(threads);
+        r.set(ids, &[2.0, 0.0]);
+        stream.compute(&r.graph, &r.placement).unwrap();
+        // Expert 2's rows start at 16 and 20; expert 0's at 0 and 4.
+        assert_eq!(r.get(y), vec![16.0, 20.0, 0.0, 4.0]);
+        assert_eq!(r.get(z), vec![316.0, 320.0, 100.0, 104.0]);
+        for bad in [3.0, -1.0] {
+            r.set(ids, &[0.0, bad]);
+            let e = stream.compute(&r.graph, &r.placement).unwrap_err();
+            assert!(
+                matches!(&e, Error::OutOfBounds(m) if m.contains("MUL_MAT_ID") && m.contains(&format!("{bad}"))),
+                "{e:?}"
+            );
+        }
+    }
+}

@@ -166,6 +166,20 @@ fn build(case: &Case) -> tessera::Result<Built> {
             let (a, ids) = (arg(&mut g, "a")?, arg(&mut g, "ids")?);
             g.get_rows(a, ids)?
         }
+        "mul_mat_id" => {
+            let (a, b) = (arg(&mut g, "as")?, arg(&mut g, "b")?);
+            let ids = arg(&mut g, "ids")?;
+            g.mul_mat_id(a, b, ids)?
+        }
+        "swiglu_oai" => {
+            let (a, b) = (arg(&mut g, "a")?, arg(&mut g, "b")?);
+            g.swiglu_oai(a, b, case.f32("alpha"), case.f32("limit"))?
+        }
+        "add_id" => {
+            let (a, b) = (arg(&mut g, "a")?, arg(&mut g, "b")?);
+            let ids = arg(&mut g, "ids")?;
+            g.add_id(a, b, ids)?
+        }
         "set_rows" => {
             let dst = arg(&mut g, "dst")?;
             let src = arg(&mut g, "src")?;
@@ -311,7 +325,7 @@ enum Tol {
 fn tolerance(case: &Case) -> Tol {
     match case.op.as_str() {
         "get_rows" | "set_rows" | "cpy" | "cont" | "concat" | "argmax" => Tol::Exact,
-        "mul_mat" | "flash_attn_ext" => Tol::Nmse(5e-4),
+        "mul_mat" | "mul_mat_id" | "flash_attn_ext" => Tol::Nmse(5e-4),
         "rope" => Tol::Nmse(1e-3),
         "soft_max" => Tol::Nmse(1e-6),
         "unary" if case.param("fn") == Some("GELU") => {
@@ -632,7 +646,7 @@ fn check_ops(ops: &[&str]) {
 /// Every op the fixture file uses has a test below; the file is complete.
 #[test]
 fn fixture_file_is_covered() {
-    const KNOWN: [&str; 20] = [
+    const KNOWN: [&str; 23] = [
         "add",
         "mul",
         "div",
@@ -653,6 +667,9 @@ fn fixture_file_is_covered() {
         "argmax",
         "sum_rows",
         "flash_attn_ext",
+        "mul_mat_id",
+        "add_id",
+        "swiglu_oai",
     ];
     let cases = cases();
     assert!(cases.len() >= 100, "only {} cases", cases.len());
@@ -706,6 +723,11 @@ fn rope() {
 #[test]
 fn mul_mat() {
     check_ops(&["mul_mat"]);
+}
+
+#[test]
+fn mixture_of_experts() {
+    check_ops(&["mul_mat_id", "add_id", "swiglu_oai"]);
 }
 
 #[test]

@@ -117,6 +117,14 @@ impl GgufWriter {
         });
     }
 
+    /// Remove the tensor `name` (for tests of files that lack one); whether
+    /// it was there.
+    pub fn remove_tensor(&mut self, name: &str) -> bool {
+        let n = self.tensors.len();
+        self.tensors.retain(|t| t.name != name);
+        self.tensors.len() != n
+    }
+
     /// The file's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut out = Vec::new();

@@ -1,6 +1,6 @@
 //! The decoder graph of one batch, for every architecture of
 //! [`Arch`]: llama.cpp's graphs (`llm_build_llama`, `_qwen2`, `_qwen3`,
-//! `_gemma3_iswa`) op for op, with the KV cache written by SET_ROWS and read
+//! `_gemma3_iswa`, `_qwen3moe`) op for op, with the KV cache written by SET_ROWS and read
 //! by FLASH_ATTN_EXT through views.
 //!
 //! A graph depends only on the batch size, the number of cache slots
@@ -9,12 +9,13 @@
 //! decoding step (the scheduler then reuses its plan).
 
 use tessera::{
-    DType, GluOp, Graph, Layout, Placement, Result, RopeMode, RopeParams, Tensor, TensorId,
+    DType, GluOp, Graph, Layout, Placement, Result, RopeMode, RopeParams, SortOrder, Tensor,
+    TensorId,
 };
 use tessera_gguf::GgufFile;
 
 use crate::kv_cache::KvCache;
-use crate::params::{Arch, Params};
+use crate::params::{Arch, Moe, Params};
 use crate::weights::Weights;
 
 /// What a graph is built for.
@@ -117,6 +118,61 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    /// llama.cpp's `build_moe_ffn` with softmax gating, SiLU and a gate
+    /// (`LLM_FFN_SILU`), no biases: router logits `ffn_gate_inp x`, softmax,
+    /// the top `n_used` experts (the first `n_used` of a descending ARGSORT,
+    /// a view as `ggml_argsort_top_k`), their probabilities gathered
+    /// (GET_ROWS), renormalised (SUM_ROWS, CLAMP, DIV) and scaled where the
+    /// model says so, the experts' gate and up products (MUL_MAT_ID), SwiGLU,
+    /// the down product, the weighting (MUL) and the sum over the experts
+    /// used (views and ADDs, in llama.cpp's order).
+    fn moe_ffn(&mut self, il: usize, cur: TensorId, m: Moe, t: usize) -> Result<TensorId> {
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let (n_exp, n_used) = (m.n_expert, m.n_expert_used);
+        let e = self.g.layout(cur)?.ne[0];
+        let router = self.w(&n("ffn_gate_inp"))?;
+        let logits = self.g.mul_mat(router, cur)?;
+        let probs = self.g.soft_max(logits)?;
+        let order = self.g.argsort(probs, SortOrder::Desc)?;
+        let selected = self.g.view_2d(order, n_used, t, n_exp * 4, 0)?;
+        let probs3 = self.g.reshape(probs, &[1, n_exp, t])?;
+        let mut weights = self.g.get_rows(probs3, selected)?;
+        if m.norm_weights {
+            let w2 = self.g.reshape(weights, &[n_used, t])?;
+            let sum = self.g.sum_rows(w2)?;
+            let sum = self.g.clamp(sum, 6.103_515_6e-5, f32::INFINITY)?;
+            let w2 = self.g.div(w2, sum)?;
+            weights = self.g.reshape(w2, &[1, n_used, t])?;
+        }
+        if m.weights_scale != 0.0 && m.weights_scale != 1.0 {
+            weights = self.g.scale(weights, m.weights_scale)?;
+        }
+        let x = self.g.reshape(cur, &[e, 1, t])?;
+        let up_w = self.w(&n("ffn_up_exps"))?;
+        let up = self.g.mul_mat_id(up_w, x, selected)?;
+        let gate_w = self.w(&n("ffn_gate_exps"))?;
+        let gate = self.g.mul_mat_id(gate_w, x, selected)?;
+        let act = self.g.glu_split(gate, up, GluOp::SwiGlu)?;
+        let down_w = self.w(&n("ffn_down_exps"))?;
+        let experts = self.g.mul_mat_id(down_w, act, selected)?;
+        let experts = self.g.mul(experts, weights)?;
+        let l = self.g.layout(experts)?;
+        let mut views = Vec::with_capacity(n_used);
+        for i in 0..n_used {
+            views.push(self.g.view_2d(experts, e, t, l.nb[2], i * l.nb[1])?);
+        }
+        let mut out = views[0];
+        for &v in &views[1..] {
+            out = self.g.add(out, v)?;
+        }
+        if n_used == 1 {
+            out = self.g.cont(out)?;
+        }
+        Ok(out)
+    }
+}
+
 /// The checked layout of weight `name`: its dims must be `ne`.
 fn check_shape(w: &Weights, file: &GgufFile, name: &str, ne: &[usize]) -> Result<()> {
     let t = w.get(file, name)?;
@@ -149,10 +205,18 @@ pub fn check_weights(p: &Params, file: &GgufFile, w: &Weights) -> Result<()> {
         check_shape(w, file, &b("attn_v"), &[e, hv * p.n_head_kv])?;
         check_shape(w, file, &b("attn_output"), &[hv * p.n_head, e])?;
         check_shape(w, file, &b("ffn_norm"), &[e])?;
-        check_shape(w, file, &b("ffn_gate"), &[e, p.n_ff])?;
-        check_shape(w, file, &b("ffn_up"), &[e, p.n_ff])?;
-        check_shape(w, file, &b("ffn_down"), &[p.n_ff, e])?;
-        if matches!(p.arch, Arch::Qwen3 | Arch::Gemma3) {
+        if let Some(m) = p.moe {
+            let (x, f) = (m.n_expert, m.n_ff_exp);
+            check_shape(w, file, &b("ffn_gate_inp"), &[e, x])?;
+            check_shape(w, file, &b("ffn_gate_exps"), &[e, f, x])?;
+            check_shape(w, file, &b("ffn_up_exps"), &[e, f, x])?;
+            check_shape(w, file, &b("ffn_down_exps"), &[f, e, x])?;
+        } else {
+            check_shape(w, file, &b("ffn_gate"), &[e, p.n_ff])?;
+            check_shape(w, file, &b("ffn_up"), &[e, p.n_ff])?;
+            check_shape(w, file, &b("ffn_down"), &[p.n_ff, e])?;
+        }
+        if p.arch.has_qk_norm() {
             check_shape(w, file, &b("attn_q_norm"), &[hk])?;
             check_shape(w, file, &b("attn_k_norm"), &[hk])?;
         }
@@ -214,7 +278,7 @@ pub fn build(
         let v = b.linear(&n("attn_v"), cur)?;
         let mut q = b.g.reshape(q, &[hk, p.n_head, t])?;
         let mut k = b.g.reshape(k, &[hk, p.n_head_kv, t])?;
-        if matches!(p.arch, Arch::Qwen3 | Arch::Gemma3) {
+        if p.arch.has_qk_norm() {
             q = b.norm(q, &n("attn_q_norm"), p.eps)?;
             k = b.norm(k, &n("attn_k_norm"), p.eps)?;
         }
@@ -269,6 +333,11 @@ pub fn build(
         let h = b.g.add(o, x)?;
 
         let cur = b.norm(h, &n("ffn_norm"), p.eps)?;
+        if let Some(m) = p.moe {
+            let out = b.moe_ffn(il, cur, m, t)?;
+            x = b.g.add(out, h)?;
+            continue;
+        }
         let gate = b.linear(&n("ffn_gate"), cur)?;
         let up = b.linear(&n("ffn_up"), cur)?;
         let act = match p.arch {

@@ -27,6 +27,6 @@ pub use conversation::Conversation;
 pub use fit::{DevicePlan, FitPlan};
 pub use generate::{GenerationStats, generate};
 pub use layers::LayerMap;
-pub use params::{Arch, Params};
+pub use params::{Arch, Moe, Params};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{Model, Session, SessionOptions};

@@ -17,6 +17,10 @@ pub enum Arch {
     Qwen3,
     /// Gemma 3 (text).
     Gemma3,
+    /// Qwen 3 mixture of experts (Qwen3-30B-A3B): Qwen 3's attention, a
+    /// routed feed-forward of `expert_count` experts, `expert_used_count`
+    /// per token, their weights renormalised to sum to 1.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -27,11 +31,12 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "qwen3moe" => Arch::Qwen3Moe,
             other => {
                 return Err(Error::unsupported(
                     "tessera-llm",
                     format!(
-                        "architecture '{other}' (general.architecture); Tessera builds llama, qwen2, qwen3 and gemma3"
+                        "architecture '{other}' (general.architecture); Tessera builds llama, qwen2, qwen3, qwen3moe and gemma3"
                     ),
                 ));
             }
@@ -45,7 +50,13 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
+    }
+
+    /// Per-head RMS norm of Q and K (`attn_q_norm`, `attn_k_norm`).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
     }
 }
 
@@ -84,6 +95,26 @@ pub struct Params {
     pub sliding_window: usize,
     /// Every `swa_pattern`-th layer is global, the others slide (0: none).
     pub swa_pattern: usize,
+    /// The mixture of experts, for architectures with one.
+    pub moe: Option<Moe>,
+}
+
+/// A routed feed-forward's hyperparameters (`{arch}.expert_*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Moe {
+    /// Experts per layer (`expert_count`).
+    pub n_expert: usize,
+    /// Experts used per token (`expert_used_count`).
+    pub n_expert_used: usize,
+    /// Feed-forward width of one expert (`expert_feed_forward_length`;
+    /// llama.cpp's default `feed_forward_length / expert_used_count`).
+    pub n_ff_exp: usize,
+    /// The chosen experts' weights are divided by their sum (llama.cpp's
+    /// `norm_w`: true for qwen3moe).
+    pub norm_weights: bool,
+    /// The weights are then multiplied by this (`expert_weights_scale`; 0
+    /// and 1 mean none, as in llama.cpp).
+    pub weights_scale: f32,
 }
 
 /// A metadata integer of any integer type, as usize.
@@ -204,6 +235,29 @@ impl Params {
             ),
             _ => (0, 0, rope_base),
         };
+        let moe = match arch {
+            Arch::Qwen3Moe => {
+                let n_expert = required(file, &k("expert_count"))?;
+                let n_expert_used = required(file, &k("expert_used_count"))?;
+                if n_expert == 0 || n_expert_used == 0 || n_expert_used > n_expert {
+                    return Err(Error::Malformed(format!(
+                        "{arch_name}: expert_used_count {n_expert_used} must be in 1..=expert_count {n_expert}"
+                    )));
+                }
+                let n_ff_exp = match uint(file, &k("expert_feed_forward_length"))? {
+                    Some(n) if n > 0 => n,
+                    _ => n_ff / n_expert_used,
+                };
+                Some(Moe {
+                    n_expert,
+                    n_expert_used,
+                    n_ff_exp,
+                    norm_weights: true,
+                    weights_scale: float(file, &k("expert_weights_scale"))?.unwrap_or(0.0),
+                })
+            }
+            _ => None,
+        };
         let p = Params {
             arch,
             n_ctx_train,
@@ -221,6 +275,7 @@ impl Params {
             rope_base_swa,
             sliding_window,
             swa_pattern,
+            moe,
         };
         p.validate()?;
         Ok(p)
@@ -252,6 +307,19 @@ impl Params {
                 "rope.dimension_count {} must be even, > 0 and <= the key head size {}",
                 self.n_rot, self.head_dim_k
             ));
+        }
+        if let Some(m) = self.moe {
+            for (name, v) in [
+                ("expert_count", m.n_expert),
+                ("expert_feed_forward_length", m.n_ff_exp),
+            ] {
+                if v == 0 || v > MAX_DIM {
+                    return bad(format!("{name} = {v} must be in 1..={MAX_DIM}"));
+                }
+            }
+            if i32::try_from(m.n_expert).is_err() || m.n_expert > 4096 {
+                return bad(format!("expert_count {} is too large", m.n_expert));
+            }
         }
         if self.eps <= 0.0 || self.rope_base <= 0.0 {
             return bad("epsilon and rope.freq_base must be positive".into());

@@ -31,13 +31,23 @@ pub struct SyntheticSpec {
     pub wtype: DType,
     /// Seed of the weights.
     pub seed: u64,
+    /// Experts per layer (mixture-of-experts architectures; 0 otherwise).
+    pub n_expert: usize,
+    /// Experts used per token.
+    pub n_expert_used: usize,
+    /// Feed-forward width of one expert.
+    pub n_ff_exp: usize,
 }
 
 impl SyntheticSpec {
     /// A small model of `arch` (128 wide, 2 layers, 4 heads of 32 over 2
-    /// KV heads).
+    /// KV heads; for qwen3moe 8 experts of width 64, 2 used per token).
     pub fn small(arch: Arch, wtype: DType) -> Self {
+        let moe = arch == Arch::Qwen3Moe;
         SyntheticSpec {
+            n_expert: if moe { 8 } else { 0 },
+            n_expert_used: if moe { 2 } else { 0 },
+            n_ff_exp: if moe { 64 } else { 0 },
             arch,
             n_embd: 128,
             n_layer: 2,
@@ -108,6 +118,11 @@ pub fn write(spec: &SyntheticSpec, vocab: &GgufFile) -> Result<GgufWriter> {
     if spec.arch == Arch::Llama {
         w.add(&k("rope.dimension_count"), spec.head_dim as u32);
     }
+    if spec.arch == Arch::Qwen3Moe {
+        w.add(&k("expert_count"), spec.n_expert as u32);
+        w.add(&k("expert_used_count"), spec.n_expert_used as u32);
+        w.add(&k("expert_feed_forward_length"), spec.n_ff_exp as u32);
+    }
     if spec.arch == Arch::Gemma3 {
         // A short window, so that short tests cross it.
         w.add(&k("attention.sliding_window"), 16u32);
@@ -161,7 +176,7 @@ pub fn write(spec: &SyntheticSpec, vocab: &GgufFile) -> Result<GgufWriter> {
             tensor(&mut w, &n("attn_k.bias"), &[kv], 0.1, 0.0, f32_)?;
             tensor(&mut w, &n("attn_v.bias"), &[kv], 0.1, 0.0, f32_)?;
         }
-        if matches!(spec.arch, Arch::Qwen3 | Arch::Gemma3) {
+        if spec.arch.has_qk_norm() {
             tensor(&mut w, &n("attn_q_norm.weight"), &[hd], 0.1, 1.0, f32_)?;
             tensor(&mut w, &n("attn_k_norm.weight"), &[hd], 0.1, 1.0, f32_)?;
         }
@@ -174,24 +189,55 @@ pub fn write(spec: &SyntheticSpec, vocab: &GgufFile) -> Result<GgufWriter> {
             wt,
         )?;
         tensor(&mut w, &n("ffn_norm.weight"), &[e], 0.1, 1.0, f32_)?;
-        tensor(
-            &mut w,
-            &n("ffn_gate.weight"),
-            &[e, spec.n_ff],
-            s_in,
-            0.0,
-            wt,
-        )?;
-        tensor(&mut w, &n("ffn_up.weight"), &[e, spec.n_ff], s_in, 0.0, wt)?;
-        let s_ff = 1.0 / (spec.n_ff as f32).sqrt();
-        tensor(
-            &mut w,
-            &n("ffn_down.weight"),
-            &[spec.n_ff, e],
-            s_ff,
-            0.0,
-            wt,
-        )?;
+        if spec.arch == Arch::Qwen3Moe {
+            let (x, f) = (spec.n_expert, spec.n_ff_exp);
+            // The router stays F32, as llama.cpp's quantizer keeps it.
+            tensor(
+                &mut w,
+                &n("ffn_gate_inp.weight"),
+                &[e, x],
+                2.0 * s_in,
+                0.0,
+                f32_,
+            )?;
+            tensor(
+                &mut w,
+                &n("ffn_gate_exps.weight"),
+                &[e, f, x],
+                s_in,
+                0.0,
+                wt,
+            )?;
+            tensor(&mut w, &n("ffn_up_exps.weight"), &[e, f, x], s_in, 0.0, wt)?;
+            let s_ff = 1.0 / (f as f32).sqrt();
+            tensor(
+                &mut w,
+                &n("ffn_down_exps.weight"),
+                &[f, e, x],
+                s_ff,
+                0.0,
+                wt,
+            )?;
+        } else {
+            tensor(
+                &mut w,
+                &n("ffn_gate.weight"),
+                &[e, spec.n_ff],
+                s_in,
+                0.0,
+                wt,
+            )?;
+            tensor(&mut w, &n("ffn_up.weight"), &[e, spec.n_ff], s_in, 0.0, wt)?;
+            let s_ff = 1.0 / (spec.n_ff as f32).sqrt();
+            tensor(
+                &mut w,
+                &n("ffn_down.weight"),
+                &[spec.n_ff, e],
+                s_ff,
+                0.0,
+                wt,
+            )?;
+        }
         if spec.arch == Arch::Gemma3 {
             tensor(
                 &mut w,

@@ -117,10 +117,27 @@ fn argmax(l: &[f32]) -> u32 {
 
 #[test]
 fn synthetic_models_match_llama_cpp() {
-    let models = common::llama_models_dir();
     let refs = parse(include_str!("data/synthetic.ref"));
     assert_eq!(refs.len(), 16, "4 architectures x 4 weight types");
     for c in refs {
+        check_synthetic(&c);
+    }
+}
+
+/// The mixture-of-experts architecture (8 experts, 2 used per token), same
+/// rules: the references are `data/synthetic-moe.ref`.
+#[test]
+fn synthetic_moe_models_match_llama_cpp() {
+    let refs = parse(include_str!("data/synthetic-moe.ref"));
+    assert_eq!(refs.len(), 4, "qwen3moe x 4 weight types");
+    for c in refs {
+        check_synthetic(&c);
+    }
+}
+
+fn check_synthetic(c: &Case) {
+    let models = common::llama_models_dir();
+    {
         let arch = Arch::from_name(&c.arch).unwrap();
         let wtype = DType::from_name(&c.wtype).unwrap();
         let vocab = GgufFile::open(models.join(format!("ggml-vocab-{}.gguf", c.vocab))).unwrap();
@@ -140,6 +157,15 @@ fn synthetic_models_match_llama_cpp() {
         // activations: 3e-2 (measured: at most 2.4e-2).
         let scale = c.logits.iter().fold(0f32, |m, v| m.max(v.abs()));
         let tol = if wtype.is_quantized() { 3e-2 } else { 1e-3 } * scale;
+        let worst = steps[0]
+            .iter()
+            .zip(&c.logits)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        eprintln!(
+            "{}: largest logit difference {:.2e} of the largest logit",
+            c.text,
+            worst / scale
+        );
         for (i, (a, b)) in steps[0].iter().zip(&c.logits).enumerate() {
             assert!(
                 (a - b).abs() <= tol,

@@ -1,7 +1,8 @@
 //! The decoders on the wgpu device (Mesa's lavapipe in CI) and split across
 //! the GPU and the CPU (layer 0 on the CPU, the rest on the GPU, the
 //! scheduler copying between them), against llama.cpp's references on the
-//! same synthetic files (`tests/data/synthetic.ref`, F32 weights): the same
+//! same synthetic files (`tests/data/synthetic.ref` and the mixture of
+//! experts' `synthetic-moe.ref`, F32 weights): the same
 //! greedy tokens and logits within 1e-3 of the largest. Without a GPU
 //! adapter the test says so and passes, unless `TESSERA_REQUIRE_GPU=1`.
 
@@ -55,7 +56,11 @@ fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
     let Some(gpu) = gpu() else { return };
     let cpu = Registry::global().device_by_name("cpu").unwrap();
     let models = common::llama_models_dir();
-    let text = include_str!("data/synthetic.ref");
+    let text = concat!(
+        include_str!("data/synthetic.ref"),
+        "\n",
+        include_str!("data/synthetic-moe.ref")
+    );
     // (arch, vocab, prompt, greedy, logits) of the F32 models.
     let mut refs = Vec::new();
     let mut lines = text.lines().filter(|l| !l.starts_with('#')).peekable();
@@ -77,7 +82,7 @@ fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
             refs.push((w[0].to_string(), w[2].to_string(), prompt, greedy, logits));
         }
     }
-    assert_eq!(refs.len(), 4);
+    assert_eq!(refs.len(), 5, "llama, qwen2, qwen3, gemma3, qwen3moe");
     for (arch, vocab, prompt, greedy, logits) in refs {
         let prompt: Vec<u32> = prompt.iter().map(|x| x.parse().unwrap()).collect();
         let greedy: Vec<u32> = greedy.iter().take(8).map(|x| x.parse().unwrap()).collect();

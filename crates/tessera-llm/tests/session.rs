@@ -148,6 +148,79 @@ fn bad_files_are_errors_naming_what() {
     w.set("llama.attention.head_count", 8u32);
     let e = load(w).unwrap_err().to_string();
     assert!(e.contains("attn_q") && e.contains("shape"), "{e}");
+    // Mixture of experts: a missing expert tensor is named.
+    let moe = || write(&SyntheticSpec::small(Arch::Qwen3Moe, DType::F32), &vocab()).unwrap();
+    for name in [
+        "blk.1.ffn_gate_inp.weight",
+        "blk.1.ffn_gate_exps.weight",
+        "blk.0.ffn_up_exps.weight",
+        "blk.1.ffn_down_exps.weight",
+    ] {
+        let mut w = moe();
+        assert!(w.remove_tensor(name));
+        let e = load(w).unwrap_err().to_string();
+        assert!(e.contains(name), "{e}");
+    }
+    // Expert counts that do not fit the tensors, or each other.
+    let mut w = moe();
+    w.set("qwen3moe.expert_count", 16u32);
+    let e = load(w).unwrap_err().to_string();
+    assert!(e.contains("ffn_gate_inp") && e.contains("shape"), "{e}");
+    let mut w = moe();
+    w.set("qwen3moe.expert_feed_forward_length", 32u32);
+    let e = load(w).unwrap_err().to_string();
+    assert!(e.contains("ffn_gate_exps") && e.contains("shape"), "{e}");
+    let mut w = moe();
+    w.set("qwen3moe.expert_used_count", 9u32);
+    let e = load(w).unwrap_err().to_string();
+    assert!(e.contains("expert_used_count"), "{e}");
+    let mut w = moe();
+    w.set("qwen3moe.expert_used_count", 0u32);
+    assert!(load(w).is_err());
+}
+
+#[test]
+fn qwen3moe_batches_agree_with_token_by_token_decoding() {
+    // The prompt as one batch (MUL_MAT_ID with many tokens per expert)
+    // and one token at a time (one column per expert) give the same logits.
+    tessera_cpu::register();
+    let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
+    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let bytes = write(&SyntheticSpec::small(Arch::Qwen3Moe, DType::F32), &vocab())
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let prompt: Vec<u32> = (0..24).map(|i| (7 + 37 * i) % 300).collect();
+    let mut last = Vec::new();
+    for batched in [true, false] {
+        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let model = Arc::new(Model::load(file, &buft, &mut |_, _| {}).unwrap());
+        let stream = cpu.new_stream(&StreamOptions::new().threads(2)).unwrap();
+        let opts = SessionOptions {
+            n_ctx: 64,
+            ..SessionOptions::default()
+        };
+        let mut s = Session::new(model, vec![stream], opts).unwrap();
+        let l = if batched {
+            s.decode(&prompt).unwrap()
+        } else {
+            let mut l = Vec::new();
+            for &t in &prompt {
+                l = s.decode(&[t]).unwrap();
+            }
+            l
+        };
+        last.push(l);
+    }
+    let scale = last[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = last[0]
+        .iter()
+        .zip(&last[1])
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        worst <= 1e-3 * scale,
+        "batched vs one by one: {worst} of {scale}"
+    );
 }
 
 /// A Q8_0 cache (`--kv-type q8_0`, half an F16 cache's memory): logits of a

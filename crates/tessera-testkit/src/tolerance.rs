@@ -43,8 +43,9 @@ impl std::fmt::Display for Tolerance {
 pub const DEFAULT_NMSE: f64 = 1e-7;
 
 /// NMSE thresholds by op name (ggml's `max_nmse_err` overrides).
-pub const OP_NMSE: [(&str, f64); 8] = [
+pub const OP_NMSE: [(&str, f64); 9] = [
     ("MUL_MAT", 5e-4),
+    ("MUL_MAT_ID", 5e-4),
     ("FLASH_ATTN_EXT", 5e-4),
     ("ROPE", 1e-3),
     ("ADD", 1e-4),

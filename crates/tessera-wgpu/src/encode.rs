@@ -78,6 +78,7 @@ const GLU: &str = include_str!("shaders/glu.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
@@ -458,6 +459,14 @@ fn encode_node(
             ];
             call.items(batch, core, "glu", GLU, n)
         }
+        Op::SwiGluOai { alpha, limit } => {
+            let a = src(0).ok_or_else(missing)?;
+            let g = src(1).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(g)])?;
+            call.params.iu = [0, 1, 0, 1];
+            call.params.fp = [alpha, limit, 0.0, 0.0];
+            call.items(batch, core, "glu", GLU, n)
+        }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
             let mut call = Call::new(&dst, &[Some(a), None])?;
@@ -516,6 +525,15 @@ fn encode_node(
             let mut call = Call::new(&dst, &[Some(a), Some(b)])?;
             call.params.iu[0] = a.layout.dtype.block_size() as u32;
             call.items(batch, core, "mul_mat", MATMUL, n)
+        }
+        Op::MulMatId | Op::AddId => {
+            let a = src(0).ok_or_else(missing)?;
+            let b = src(1).ok_or_else(missing)?;
+            let ids = src(2).ok_or_else(missing)?;
+            let mut call = Call::new(&dst, &[Some(a), Some(b), Some(ids)])?;
+            call.params.iu[0] = a.layout.dtype.block_size() as u32;
+            call.params.iu[1] = if node.op == Op::MulMatId { 1 } else { 2 };
+            call.items(batch, core, "mul_mat_id", MATMUL_ID, n)
         }
         Op::FlashAttnExt {
             scale,

@@ -199,6 +199,41 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
                 && d.ne == [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
                 && mul_mat_ok(a, b)
         }
+        (Op::SwiGluOai { .. }, Some(a), Some(b), _) => {
+            [a.dtype, b.dtype, d.dtype] == [DType::F32; 3] && a.ne == d.ne && b.ne == d.ne
+        }
+        (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
+            let mut one = *a;
+            one.ne[2] = 1;
+            d.dtype == DType::F32
+                && d.ne == [a.ne[1], ids.ne[0], b.ne[2], 1]
+                && mul_mat_ok(&one, b)
+                && a.ne[3] == 1
+                && b.ne[3] == 1
+                && ids.dtype == DType::I32
+                && ids.ne[1] == b.ne[2]
+                && ids.ne[2] == 1
+                && ids.ne[3] == 1
+                && b.ne[1] > 0
+                && ids.ne[0].is_multiple_of(b.ne[1])
+                && i32::try_from(a.ne[2]).is_ok()
+        }
+        (Op::AddId, Some(a), Some(b), Some(ids)) => {
+            a.dtype == DType::F32
+                && b.dtype == DType::F32
+                && ids.dtype == DType::I32
+                && d.dtype == DType::F32
+                && d.ne == a.ne
+                && a.ne[0] == b.ne[0]
+                && a.ne[1] == ids.ne[0]
+                && a.ne[2] == ids.ne[1]
+                && a.ne[3] == 1
+                && b.ne[2] == 1
+                && b.ne[3] == 1
+                && ids.ne[2] == 1
+                && ids.ne[3] == 1
+                && i32::try_from(b.ne[1]).is_ok()
+        }
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             d.dtype == DType::F32
                 && d.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]

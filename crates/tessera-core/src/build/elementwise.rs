@@ -1,7 +1,8 @@
 //! Element-wise ops: ADD, SUB, MUL, DIV (with broadcasting), SCALE, SQR,
-//! SQRT, CLAMP, UNARY, GLU, and the soft-capping helper.
+//! SQRT, CLAMP, UNARY, GLU (SWIGLU_OAI included), and the soft-capping helper.
 
 use super::{FLOATS, ensure, ensure_finite, ensure_type, shape};
+use crate::DType;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::layout::Layout;
@@ -173,5 +174,39 @@ impl Graph {
     /// `silu(a) * b`.
     pub fn swiglu_split(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.glu_split(a, b, GluOp::SwiGlu)
+    }
+
+    /// gpt-oss's SwiGLU (ggml's `ggml_swiglu_oai`): F32 `x` (`a`) and `g`
+    /// (`b`) of the same shape with contiguous rows;
+    /// `min(x, limit) * sigmoid(alpha min(x, limit)) * (clamp(g, -limit, limit) + 1)`.
+    pub fn swiglu_oai(
+        &mut self,
+        a: TensorId,
+        b: TensorId,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<TensorId> {
+        let name = "SWIGLU_OAI";
+        let la = self.layout(a)?;
+        let lb = self.layout(b)?;
+        ensure_type(name, "x", la.dtype, &[DType::F32])?;
+        ensure_type(name, "g", lb.dtype, &[DType::F32])?;
+        ensure(la.ne == lb.ne, name, || {
+            format!(
+                "x {} and g {} must have the same shape",
+                shape(self, a),
+                shape(self, b)
+            )
+        })?;
+        ensure(
+            la.is_contiguous_rows() && lb.is_contiguous_rows(),
+            name,
+            || "x and g must have contiguous rows".to_string(),
+        )?;
+        ensure(alpha.is_finite() && !limit.is_nan(), name, || {
+            format!("alpha {alpha} must be finite and limit {limit} not NaN")
+        })?;
+        let out = Layout::contiguous4(DType::F32, la.ne)?;
+        self.push_op(Op::SwiGluOai { alpha, limit }, out, &[Some(a), Some(b)])
     }
 }

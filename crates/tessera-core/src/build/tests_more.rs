@@ -142,3 +142,52 @@ fn argsort_top_k() {
     invalid(g.top_k(tr, 2), "TOP_K");
     assert_eq!(SortOrder::Desc.ggml_order(), 1);
 }
+
+#[test]
+fn mul_mat_id_and_add_id() {
+    let mut g = Graph::new();
+    let w = t(&mut g, DType::Q8_0, &[64, 16, 8]);
+    let b = t(&mut g, DType::F32, &[64, 1, 5]);
+    let ids = t(&mut g, DType::I32, &[2, 5]);
+    let y = g.mul_mat_id(w, b, ids).unwrap();
+    assert_eq!(ne(&g, y), [16, 2, 5, 1]);
+    assert_eq!(g.node(y).unwrap().op, Op::MulMatId);
+    assert_eq!(g.node(y).unwrap().layout.dtype, DType::F32);
+    let b2 = t(&mut g, DType::F32, &[64, 2, 5]);
+    assert!(g.mul_mat_id(w, b2, ids).is_ok());
+    let b3 = t(&mut g, DType::F32, &[64, 3, 5]);
+    invalid(g.mul_mat_id(w, b3, ids), "MUL_MAT_ID");
+    let b_short = t(&mut g, DType::F32, &[32, 1, 5]);
+    invalid(g.mul_mat_id(w, b_short, ids), "MUL_MAT_ID");
+    let b_tok = t(&mut g, DType::F32, &[64, 1, 4]);
+    invalid(g.mul_mat_id(w, b_tok, ids), "MUL_MAT_ID");
+    let ids_f = t(&mut g, DType::F32, &[2, 5]);
+    invalid(g.mul_mat_id(w, b, ids_f), "MUL_MAT_ID");
+    let w4 = t(&mut g, DType::F32, &[64, 16, 8, 2]);
+    invalid(g.mul_mat_id(w4, b, ids), "MUL_MAT_ID");
+    let wi = t(&mut g, DType::I32, &[64, 16, 8]);
+    invalid(g.mul_mat_id(wi, b, ids), "MUL_MAT_ID");
+    let bh = t(&mut g, DType::F16, &[64, 1, 5]);
+    invalid(g.mul_mat_id(w, bh, ids), "MUL_MAT_ID");
+
+    let bias = t(&mut g, DType::F32, &[16, 8]);
+    let z = g.add_id(y, bias, ids).unwrap();
+    assert_eq!(ne(&g, z), [16, 2, 5, 1]);
+    assert_eq!(g.node(z).unwrap().op, Op::AddId);
+    let bias_bad = t(&mut g, DType::F32, &[15, 8]);
+    invalid(g.add_id(y, bias_bad, ids), "ADD_ID");
+    let ids_bad = t(&mut g, DType::I32, &[3, 5]);
+    invalid(g.add_id(y, bias, ids_bad), "ADD_ID");
+    let ids_f = t(&mut g, DType::F32, &[2, 5]);
+    invalid(g.add_id(y, bias, ids_f), "ADD_ID");
+
+    let x = t(&mut g, DType::F32, &[16, 2, 5]);
+    let s = g.swiglu_oai(x, y, 1.702, 7.0).unwrap();
+    assert_eq!(ne(&g, s), [16, 2, 5, 1]);
+    assert_eq!(g.node(s).unwrap().op.display_name(), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, bias, 1.702, 7.0), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, y, f32::NAN, 7.0), "SWIGLU_OAI");
+    invalid(g.swiglu_oai(x, y, 1.0, f32::NAN), "SWIGLU_OAI");
+    let h = t(&mut g, DType::F16, &[16, 2, 5]);
+    invalid(g.swiglu_oai(h, h, 1.0, 1.0), "SWIGLU_OAI");
+}

@@ -235,3 +235,50 @@ fn run<O: BinOp, T: Float, U: Float>(ctx: &NodeCtx, a: &TensorRef, b: &TensorRef
     }
     Ok(())
 }
+
+/// ADD_ID (ggml's `ggml_compute_forward_add_id`): `dst[:, i1, i2] =
+/// a[:, i1, i2] + b[:, ids[i1, i2]]`, all F32 with contiguous rows. Every
+/// thread checks every id before writing (an id outside `b`'s rows is an
+/// [`Error::OutOfBounds`] and nothing is written), then adds its rows.
+pub fn add_id(ctx: &NodeCtx) -> Result<()> {
+    let (a, b, ids, d) = (ctx.src(0)?, ctx.src(1)?, ctx.src(2)?, ctx.dst);
+    let ok = [a.layout.dtype, b.layout.dtype, d.layout.dtype] == [DType::F32; 3]
+        && ids.layout.dtype == DType::I32
+        && d.layout.ne == a.layout.ne
+        && a.ne(0) == b.ne(0)
+        && (a.ne(1), a.ne(2)) == (ids.ne(0), ids.ne(1))
+        && (a.ne(0) <= 1 || [a.nb(0), b.nb(0), d.nb(0)] == [4; 3]);
+    if !ok {
+        return Err(Error::op("ADD_ID", "operands do not fit".to_string()));
+    }
+    let n_as = b.ne(1);
+    // SAFETY: (i1, i2) in range of ids (I32, aligned per the executor).
+    let id = |i1: usize, i2: usize| unsafe { (ids.at(i1, i2, 0, 0) as *const i32).read() };
+    for i2 in 0..a.ne(2) {
+        for i1 in 0..a.ne(1) {
+            let v = id(i1, i2);
+            if !matches!(usize::try_from(v), Ok(e) if e < n_as) {
+                return Err(Error::OutOfBounds(format!(
+                    "ADD_ID: id {v} at ids[{i1}, {i2}] is outside the {n_as} rows of b"
+                )));
+            }
+        }
+    }
+    let (n1, ne0) = (a.ne(1), a.ne(0));
+    for r in ctx.split(a.ne(1) * a.ne(2)) {
+        let (i1, i2) = (r % n1, r / n1);
+        let e = id(i1, i2) as usize;
+        // SAFETY: indices in range (e checked above); rows hold ne0
+        // contiguous f32 values; dst overlaps no operand (ADD_ID is not
+        // in-place) and this thread alone writes row r.
+        unsafe {
+            let x = a.row(i1, i2, 0) as *const f32;
+            let y = b.row(e, 0, 0) as *const f32;
+            let o = d.row(i1, i2, 0) as *mut f32;
+            for i in 0..ne0 {
+                o.add(i).write(x.add(i).read() + y.add(i).read());
+            }
+        }
+    }
+    Ok(())
+}

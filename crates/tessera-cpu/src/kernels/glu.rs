@@ -17,6 +17,41 @@ use super::elem::{Float, load, rows, store, with_float};
 use super::simd::Simd;
 use super::{NodeCtx, TensorRef, math};
 
+/// ggml's `std::min(x, limit)`.
+fn min_c(x: f32, limit: f32) -> f32 {
+    if limit < x { limit } else { x }
+}
+
+/// ggml's `std::clamp(g, -limit, limit)` (no panic when `-limit > limit`).
+fn clamp_c(g: f32, limit: f32) -> f32 {
+    if g < -limit {
+        -limit
+    } else if limit < g {
+        limit
+    } else {
+        g
+    }
+}
+
+/// Compute this thread's share of a SWIGLU_OAI node (F32, split form), as
+/// ggml's `ggml_compute_forward_swiglu_oai_f32`.
+pub fn swiglu_oai(ctx: &NodeCtx) -> Result<()> {
+    let Op::SwiGluOai { alpha, limit } = ctx.op else {
+        return Err(Error::op(ctx.op.name(), "not a SWIGLU_OAI node"));
+    };
+    let a = ctx.src(0)?;
+    let b = ctx.src(1)?;
+    let f32s = [a.layout.dtype, b.layout.dtype, ctx.dst.layout.dtype] == [DType::F32; 3];
+    if !f32s {
+        return Err(Error::unsupported("CPU", "SWIGLU_OAI of non-f32 tensors"));
+    }
+    run::<f32>(ctx, &a, false, move |x, g| {
+        let x = min_c(x, limit);
+        let y = clamp_c(g, limit);
+        x / (1.0 + (alpha * -x).exp()) * (y + 1.0)
+    })
+}
+
 /// Compute this thread's share of a GLU node.
 pub fn glu(ctx: &NodeCtx) -> Result<()> {
     let Op::Glu { op, swapped } = ctx.op else {

@@ -40,6 +40,8 @@ use super::dot::{
 };
 use super::{NodeCtx, TensorRef};
 
+pub mod id;
+
 /// Bytes at the start of the scratch holding the shared chunk counter (a
 /// cache line, so the converted activations do not share it).
 const COUNTER_BYTES: usize = 64;
@@ -210,12 +212,6 @@ impl<'s> Plan<'s> {
                 format!("dst {ld} must be contiguous f32 {want:?}"),
             ));
         }
-        let dot_type = vec_dot_type(la.dtype).ok_or_else(|| {
-            Error::unsupported("CPU", format!("MUL_MAT with {} weights", la.dtype))
-        })?;
-        let dot = dot_fn(la.dtype, ctx.isa).ok_or_else(|| {
-            Error::unsupported("CPU", format!("MUL_MAT with {} weights", la.dtype))
-        })?;
         let need = scratch_bytes(&la, &lb)
             .ok_or_else(|| Error::Overflow(format!("MUL_MAT scratch for b {lb}")))?;
         let s = ctx.scratch;
@@ -228,9 +224,44 @@ impl<'s> Plan<'s> {
                 s.len
             )));
         }
+        Self::with_weights(ctx, a, b, dst, need)
+    }
+
+    /// The plan for weights `a` (whose matrices the caller picks) and
+    /// activations `b`, whose operands and scratch (at least `need >=`
+    /// [`scratch_bytes`] bytes, aligned) the caller checked.
+    fn with_weights(
+        ctx: &'s NodeCtx<'_>,
+        a: TensorRef,
+        b: TensorRef,
+        dst: TensorRef,
+        need: usize,
+    ) -> Result<Self> {
+        let (la, lb) = (a.layout, b.layout);
+        let s = ctx.scratch;
+        if s.len < need || need < COUNTER_BYTES || s.ptr.is_null() {
+            return Err(Error::InvalidLayout(format!(
+                "{} needs {need} bytes of scratch, {} given",
+                ctx.op.name(),
+                s.len
+            )));
+        }
+        let dot_type = vec_dot_type(la.dtype).ok_or_else(|| {
+            Error::unsupported(
+                "CPU",
+                format!("{} with {} weights", ctx.op.name(), la.dtype),
+            )
+        })?;
+        let dot = dot_fn(la.dtype, ctx.isa).ok_or_else(|| {
+            Error::unsupported(
+                "CPU",
+                format!("{} with {} weights", ctx.op.name(), la.dtype),
+            )
+        })?;
         // SAFETY: the scratch is valid, shared memory of at least
-        // COUNTER_BYTES bytes, aligned for an AtomicUsize (checked above), and
-        // only ever accessed atomically at this offset by the node's threads.
+        // COUNTER_BYTES bytes, aligned for an AtomicUsize (checked by the
+        // callers), and only ever accessed atomically at this offset by the
+        // node's threads.
         let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
         let (tile, gemv, act_type) = match tile_f32_fn(la.dtype, ctx.isa) {
             Some(t) => (Some(t), gemv_fn(la.dtype, ctx.isa, true), DType::F32),
@@ -256,8 +287,8 @@ impl<'s> Plan<'s> {
             } else {
                 lb.ne[0] * 4
             },
-            r2: lb.ne[2] / la.ne[2],
-            r3: lb.ne[3] / la.ne[3],
+            r2: lb.ne[2] / la.ne[2].max(1),
+            r3: lb.ne[3] / la.ne[3].max(1),
             counter,
             // SAFETY: COUNTER_BYTES <= need <= s.len.
             conv: unsafe { s.ptr.add(COUNTER_BYTES) },

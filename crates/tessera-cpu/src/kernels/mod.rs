@@ -217,6 +217,7 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
         Op::Scale { .. } => unary::scale,
         Op::Unary(_) => unary::unary,
         Op::Glu { .. } => glu::glu,
+        Op::SwiGluOai { .. } => glu::swiglu_oai,
         Op::RmsNorm { .. } | Op::Norm { .. } => norm::norm,
         Op::SoftMax { .. } => softmax::soft_max,
         Op::Rope(_) => rope::rope,
@@ -224,6 +225,8 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
         Op::Argmax => reduce::argmax,
         Op::SumRows => reduce::sum_rows,
         Op::MulMat => matmul::mul_mat,
+        Op::MulMatId => matmul::id::mul_mat_id,
+        Op::AddId => binary::add_id,
         Op::FlashAttnExt { .. } => attention::flash_attn_ext,
     })
 }
@@ -234,6 +237,9 @@ pub fn scratch_size(op: &Op, dst: &Layout, src: &[Option<&Layout>; MAX_SRC], nth
     let _ = dst;
     match (op, src[0], src[1], src[2]) {
         (Op::MulMat, Some(a), Some(b), _) => matmul::mul_mat_scratch_size(a, b, nth),
+        (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
+            matmul::id::mul_mat_id_scratch_size(a, b, ids)
+        }
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             attention::flash_attn_scratch_size(q, k, v, nth)
         }

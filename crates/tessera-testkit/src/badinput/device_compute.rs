@@ -212,6 +212,55 @@ fn rows_cases(p: &DeviceProvider, cases: &mut Vec<Case>) {
     }
 }
 
+/// MUL_MAT_ID (4 experts of weights `t`) or ADD_ID (4 bias rows) with the
+/// expert ids `ids` (two per token) in the data: an id outside `0..4` is an
+/// error (the CPU) or clamped into range (wgpu, as its GET_ROWS), never a
+/// wild access; in-range ids compute.
+fn expert_cases(p: &DeviceProvider, cases: &mut Vec<Case>) {
+    let types = prop::sample::select(vec![DType::F32, DType::F16, DType::Q8_0, DType::Q4_0]);
+    let spec = (types, prop::collection::vec(row_id(), 2..=2), any::<bool>());
+    for (t, ids, add) in sample(spec, 40, 111) {
+        let p = p.clone();
+        let op = if add { "ADD_ID" } else { "MUL_MAT_ID" };
+        cases.push(Case::new(
+            format!("{op} with {t} experts and expert ids {ids:?}"),
+            move || -> Result<(), Stop> {
+                let dev = setup(p())?;
+                let k = if t.is_quantized() { t.block_size() } else { 8 };
+                let mut g = Graph::new();
+                let idx = g.new_tensor(DType::I32, &[2, 1])?;
+                let r = if add {
+                    let a = g.new_tensor(DType::F32, &[k, 2, 1])?;
+                    let b = g.new_tensor(DType::F32, &[k, 4])?;
+                    g.add_id(a, b, idx)?
+                } else {
+                    let w = g.new_tensor(t, &[k, 3, 4])?;
+                    let b = g.new_tensor(DType::F32, &[k, 1, 1])?;
+                    g.mul_mat_id(w, b, idx)?
+                };
+                g.set_output(r)?;
+                if !dev.supports_op(&g, r) {
+                    return Ok(());
+                }
+                let a = place_all(dev.as_ref(), &g)?;
+                fill_leaves(&g, &a, 7)?;
+                let it = a.placement.tensor(&g, idx)?;
+                let narrow: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+                setup(it.write_slice(&narrow))?;
+                let st = setup(dev.new_stream(&StreamOptions::new()))?;
+                let res = st.compute(&g, &a.placement);
+                canary_intact(&a)?;
+                let bad = narrow.iter().any(|&i| !(0..4).contains(&i));
+                match res {
+                    Ok(()) => Ok(()),
+                    Err(tessera::Error::OutOfBounds(_)) if bad => Ok(()),
+                    Err(e) => Err(Stop::Lib(e)),
+                }
+            },
+        ));
+    }
+}
+
 /// The misuse cases, by number.
 const MISUSE: [&str; 12] = [
     "compute with nothing placed",
@@ -517,6 +566,7 @@ pub(super) fn compute_cases(p: &DeviceProvider) -> Vec<Case> {
         }
     }
     rows_cases(p, &mut cases);
+    expert_cases(p, &mut cases);
     let fuzz = (
         prop::collection::vec(compute_leaf(), 1..=3),
         prop::collection::vec(prop_oneof![3 => compute_spec(), 1 => spec()], 1..=3),

@@ -19,6 +19,7 @@ mod elementwise;
 mod index;
 mod init;
 mod matmul;
+mod moe;
 mod more;
 mod norm;
 
@@ -220,6 +221,7 @@ pub fn catalogue() -> Vec<Case> {
     norm::cases(&mut v);
     more::cases(&mut v);
     matmul::cases(&mut v);
+    moe::cases(&mut v);
     attention::cases(&mut v);
     v
 }

@@ -144,6 +144,34 @@ pub fn glu_split(f: GluOp, x: &Dense, g: &Dense) -> Result<Dense> {
     Dense::from_vec(x.ne, data)
 }
 
+/// SWIGLU_OAI: `x = min(x, limit)`, `g = clamp(g, -limit, limit)`,
+/// `x / (1 + e^(-alpha x)) * (g + 1)` (ggml's comparisons).
+pub fn swiglu_oai(x: &Dense, g: &Dense, alpha: f64, limit: f64) -> Result<Dense> {
+    if x.ne != g.ne {
+        return Err(Error::op(
+            "SWIGLU_OAI",
+            format!("x {:?} and g {:?} differ", x.ne, g.ne),
+        ));
+    }
+    let data = x
+        .data
+        .iter()
+        .zip(&g.data)
+        .map(|(&a, &b)| {
+            let a = if limit < a { limit } else { a };
+            let b = if b < -limit {
+                -limit
+            } else if limit < b {
+                limit
+            } else {
+                b
+            };
+            a / (1.0 + (-alpha * a).exp()) * (b + 1.0)
+        })
+        .collect();
+    Dense::from_vec(x.ne, data)
+}
+
 fn map(a: &Dense, f: impl Fn(f64) -> f64) -> Dense {
     Dense {
         ne: a.ne,

@@ -38,6 +38,73 @@ pub fn mul_mat(a: &Dense, b: &Dense) -> Result<Dense> {
     Ok(out)
 }
 
+/// The expert id at `(i, j)` of `ids`, if it is an integer in `0..n`.
+fn expert(op: &str, ids: &Dense, i: usize, j: usize, n: usize) -> Result<usize> {
+    let v = ids.get([i, j, 0, 0])?;
+    if v.fract() == 0.0 && v >= 0.0 && v < n as f64 {
+        Ok(v as usize)
+    } else {
+        Err(Error::OutOfBounds(format!(
+            "{op}: id {v} at ids[{i}, {j}] is outside 0..{n}"
+        )))
+    }
+}
+
+/// MUL_MAT_ID: `dst[:, e, t] = as[:, :, ids[e, t]]^T b[:, e % ne11, t]`.
+pub fn mul_mat_id(a: &Dense, b: &Dense, ids: &Dense) -> Result<Dense> {
+    let n_used = ids.ne[0];
+    if a.ne[0] != b.ne[0]
+        || ids.ne[1] != b.ne[2]
+        || b.ne[1] == 0
+        || !n_used.is_multiple_of(b.ne[1])
+        || a.ne[3] != 1
+        || b.ne[3] != 1
+    {
+        return Err(Error::op(
+            "MUL_MAT_ID",
+            format!(
+                "as {:?}, b {:?} and ids {:?} do not fit",
+                a.ne, b.ne, ids.ne
+            ),
+        ));
+    }
+    let mut out = Dense::zeros([a.ne[1], n_used, b.ne[2], 1])?;
+    let mut k = 0;
+    for t in 0..b.ne[2] {
+        for e in 0..n_used {
+            let x = expert("MUL_MAT_ID", ids, e, t, a.ne[2])?;
+            let y = b.row(e % b.ne[1], t, 0);
+            for i in 0..a.ne[1] {
+                out.data[k] = a.row(i, x, 0).iter().zip(y).map(|(p, q)| p * q).sum();
+                k += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// ADD_ID: `dst[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]]`.
+pub fn add_id(a: &Dense, b: &Dense, ids: &Dense) -> Result<Dense> {
+    if a.ne[0] != b.ne[0] || a.ne[1] != ids.ne[0] || a.ne[2] != ids.ne[1] || a.ne[3] != 1 {
+        return Err(Error::op(
+            "ADD_ID",
+            format!("a {:?}, b {:?} and ids {:?} do not fit", a.ne, b.ne, ids.ne),
+        ));
+    }
+    let mut out = a.clone();
+    let ne0 = a.ne[0];
+    for i2 in 0..a.ne[2] {
+        for i1 in 0..a.ne[1] {
+            let r = expert("ADD_ID", ids, i1, i2, b.ne[1])?;
+            let start = out.flat([0, i1, i2, 0]);
+            for (o, y) in out.data[start..start + ne0].iter_mut().zip(b.row(r, 0, 0)) {
+                *o += y;
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -56,6 +123,25 @@ mod tests {
         assert_eq!(c.data[1], dot([4., 5., 6.], [7., 8., 9.]));
         assert_eq!(c.data[2], dot([1., 2., 3.], [10., 11., 12.]));
         assert_eq!(c.data[3], dot([4., 5., 6.], [10., 11., 12.]));
+    }
+
+    #[test]
+    fn experts_are_picked_by_id() {
+        // Two experts of one row each: [1, 2] and [3, 4]; b broadcast.
+        let a = Dense::from_vec([2, 1, 2, 1], vec![1., 2., 3., 4.]).unwrap();
+        let b = Dense::from_vec([2, 1, 2, 1], vec![1., 1., 1., 10.]).unwrap();
+        let ids = Dense::from_vec([2, 2, 1, 1], vec![1., 0., 0., 0.]).unwrap();
+        let c = mul_mat_id(&a, &b, &ids).unwrap();
+        assert_eq!(c.ne, [1, 2, 2, 1]);
+        assert_eq!(c.data, vec![7., 3., 21., 21.]);
+        let bad = Dense::from_vec([2, 2, 1, 1], vec![2., 0., 0., 0.]).unwrap();
+        assert!(matches!(
+            mul_mat_id(&a, &b, &bad),
+            Err(Error::OutOfBounds(_))
+        ));
+        let bias = Dense::from_vec([1, 2, 1, 1], vec![100., 200.]).unwrap();
+        let d = add_id(&c, &bias, &ids).unwrap();
+        assert_eq!(d.data, vec![207., 103., 121., 121.]);
     }
 
     #[test]

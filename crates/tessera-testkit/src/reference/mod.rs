@@ -102,6 +102,8 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         Op::RmsNorm { eps } => rows::rms_norm(&load(mem, 0)?, f64::from(eps))?,
         Op::Norm { eps } => rows::norm(&load(mem, 0)?, f64::from(eps))?,
         Op::MulMat => matmul::mul_mat(&load(mem, 0)?, &load(mem, 1)?)?,
+        Op::MulMatId => matmul::mul_mat_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
+        Op::AddId => matmul::add_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
         Op::SoftMax { scale, max_bias } => rows::soft_max(
             &load(mem, 0)?,
             load_opt(mem, 1)?.as_ref(),
@@ -119,6 +121,12 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
             Some(g) => elementwise::glu_split(op, &load(mem, 0)?, &mem.load(graph, g)?)?,
             None => elementwise::glu_fused(op, &load(mem, 0)?, swapped)?,
         },
+        Op::SwiGluOai { alpha, limit } => elementwise::swiglu_oai(
+            &load(mem, 0)?,
+            &load(mem, 1)?,
+            f64::from(alpha),
+            f64::from(limit),
+        )?,
         Op::Concat { dim } => index::concat(&load(mem, 0)?, &load(mem, 1)?, usize::from(dim))?,
         Op::Argmax => rows::argmax(&load(mem, 0)?)?,
         Op::SumRows => rows::sum_rows(&load(mem, 0)?)?,

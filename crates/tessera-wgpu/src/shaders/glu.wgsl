@@ -1,6 +1,7 @@
 // glu.wgsl: gated linear units act(x) * g. iu.x: the activation (unary_fn
 // code); iu.y: 0 fused (src0 rows hold [x, g], or [g, x] when iu.z = 1),
-// 1 split (x = src0, g = src1).
+// 1 split (x = src0, g = src1); iu.w = 1: SWIGLU_OAI (split, fp.x alpha,
+// fp.y limit).
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -22,6 +23,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let row = P.off.y + i.y * P.nb_0.y + i.z * P.nb_0.z + i.w * P.nb_0.w;
         x = s0_ld(row + xi * P.nb_0.x);
         g = s0_ld(row + gi * P.nb_0.x);
+    }
+    if (P.iu.w == 1u) {
+        // SWIGLU_OAI: alpha fp.x, limit fp.y, with ggml's comparisons.
+        let limit = P.fp.y;
+        let xc = select(x, limit, limit < x);
+        var gc = g;
+        if (g < -limit) {
+            gc = -limit;
+        } else if (limit < g) {
+            gc = limit;
+        }
+        d_st(P.off.x + offset_of(i, P.nb_d), xc / (1.0 + exp(P.fp.x * -xc)) * (gc + 1.0));
+        return;
     }
     d_st(P.off.x + offset_of(i, P.nb_d), unary_fn(P.iu.x, x) * g);
 }

@@ -299,7 +299,14 @@ impl Passes<'_> {
 
     fn offload_target(&self, i: usize) -> Option<usize> {
         let id = TensorId::from_index(i as u32);
-        let rows = self.graph.nodes()[i].layout.ne[1];
+        let node = &self.graph.nodes()[i];
+        // The batch is dim 1 of the result, dim 2 for MUL_MAT_ID (its dim
+        // 1 is the experts used), as ggml's `get_op_batch_size`.
+        let rows = if node.op == Op::MulMatId {
+            node.layout.ne[2]
+        } else {
+            node.layout.ne[1]
+        };
         (0..self.last()).find(|&d| {
             self.supports(d, i)
                 && match self.offload {

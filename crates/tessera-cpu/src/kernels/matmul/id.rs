@@ -1,0 +1,306 @@
+//! MUL_MAT_ID (ggml's `ggml_compute_forward_mul_mat_id`): one weight matrix
+//! per expert, `as [k, m, n_as]`; F32 activations `b [k, ne11, n_tokens]`;
+//! I32 expert ids `ids [n_used, n_tokens]`;
+//! `dst[:, e, t] = as[:, :, ids[e, t]]^T b[:, e % ne11, t]`.
+//!
+//! The MUL_MAT machinery ([`Plan`]) with ggml's grouping:
+//! 1. every thread converts its share of `b` to the weights' dot type (as
+//!    MUL_MAT) and checks every id (an id outside `0..n_as` is an
+//!    [`Error::OutOfBounds`] naming it, returned by every thread after the
+//!    barrier; nothing is written); thread 0 groups the (slot, token) pairs
+//!    by expert (a counting sort into the scratch);
+//! 2. the work is cut into units of (expert, up to 16 or 64 weight rows, up
+//!    to [`BLOCK_N`] of the columns routed to that expert) handed out by the
+//!    shared counter, and each unit is one [`Plan::tile`] call: the weight
+//!    rows of an expert are read once for all the tokens routed to it (a
+//!    many-column product at prefill, a GEMV at decode).
+
+use std::sync::atomic::Ordering;
+
+use tessera::{DType, Error, Layout, Op, Result};
+
+use super::super::NodeCtx;
+use super::{BLOCK_M, BLOCK_N, COUNTER_BYTES, Plan, scratch_bytes, shape_check};
+
+/// The checks of MUL_MAT on one expert's matrix, plus MUL_MAT_ID's own.
+fn id_check(a: &Layout, b: &Layout, ids: &Layout) -> Result<()> {
+    let mut one = *a;
+    one.ne[2] = 1;
+    shape_check(&one, b).map_err(|e| Error::op("MUL_MAT_ID", e.to_string()))?;
+    a.checked_nbytes()?;
+    ids.checked_nbytes()?;
+    let bad = |why: String| Err(Error::op("MUL_MAT_ID", why));
+    if ids.dtype != DType::I32 {
+        return bad(format!("ids must be i32, not {}", ids.dtype));
+    }
+    if a.ne[3] != 1 || b.ne[3] != 1 || ids.ne[2] != 1 || ids.ne[3] != 1 {
+        return bad(format!("as {a}, b {b} must be 3-D and ids {ids} 2-D"));
+    }
+    if ids.ne[1] != b.ne[2] || b.ne[1] == 0 || !ids.ne[0].is_multiple_of(b.ne[1]) {
+        return bad(format!("ids {ids} do not fit b {b}"));
+    }
+    if i32::try_from(a.ne[2]).is_err() {
+        return bad(format!("as {a} has too many experts"));
+    }
+    Ok(())
+}
+
+/// Bytes of the expert map after the converted activations: offsets and unit
+/// prefixes (`n_as + 1` each) and one entry per (slot, token), as usize.
+fn map_words(a: &Layout, ids: &Layout) -> Option<usize> {
+    a.ne[2]
+        .checked_add(1)?
+        .checked_mul(2)?
+        .checked_add(ids.ne[0].checked_mul(ids.ne[1])?)
+}
+
+/// Scratch of the whole node: [`scratch_bytes`] (counter and converted `b`)
+/// rounded to 64, then the expert map; `None` on overflow.
+fn id_scratch_parts(a: &Layout, b: &Layout, ids: &Layout) -> Option<(usize, usize)> {
+    let mut one = *a;
+    one.ne[2] = 1;
+    let head = scratch_bytes(&one, b)?.checked_add(63)? / 64 * 64;
+    let map = map_words(a, ids)?.checked_mul(size_of::<usize>())?;
+    Some((head, head.checked_add(map)?))
+}
+
+/// Can the CPU compute MUL_MAT_ID for these operands?
+pub fn mul_mat_id_supported(a: &Layout, b: &Layout, ids: &Layout) -> bool {
+    id_check(a, b, ids).is_ok() && id_scratch_parts(a, b, ids).is_some()
+}
+
+/// Scratch bytes of a MUL_MAT_ID node (`usize::MAX` on overflow).
+pub fn mul_mat_id_scratch_size(a: &Layout, b: &Layout, ids: &Layout) -> usize {
+    id_scratch_parts(a, b, ids).map_or(usize::MAX, |(_, total)| total)
+}
+
+/// Output rows per unit: 64 when an expert has one column (GEMV), else 16.
+fn unit_rows(cols: usize) -> usize {
+    if cols == 1 { 64 } else { 16 }
+}
+
+/// Compute this thread's share of a MUL_MAT_ID node.
+pub fn mul_mat_id(ctx: &NodeCtx) -> Result<()> {
+    let prep = prepare(ctx);
+    let converted = match &prep {
+        Ok((p, _)) => p.convert_share(ctx),
+        Err(_) => Ok(()),
+    };
+    let checked = match &prep {
+        Ok((_, m)) => m.check_ids(ctx),
+        Err(_) => Ok(()),
+    };
+    if let Ok((p, m)) = &prep
+        && ctx.ith == 0
+        && checked.is_ok()
+    {
+        p.counter.store(ctx.nth, Ordering::Relaxed);
+        m.group();
+    }
+    // Every thread waits exactly once, whatever happened above.
+    ctx.barrier.wait();
+    let (plan, map) = prep?;
+    converted?;
+    checked?;
+    map.multiply_share(&plan, ctx);
+    Ok(())
+}
+
+/// The expert map in the scratch.
+struct Map {
+    ids: super::super::TensorRef,
+    n_as: usize,
+    /// `n_as + 1` offsets into `entries`, then `n_as + 1` unit prefixes, then
+    /// the entries (`slot + token * n_used`).
+    words: *mut usize,
+    rows: usize,
+}
+
+impl Map {
+    fn offsets(&self) -> *mut usize {
+        self.words
+    }
+
+    fn prefix(&self) -> *mut usize {
+        // SAFETY: the map holds 2 (n_as + 1) + entries words.
+        unsafe { self.words.add(self.n_as + 1) }
+    }
+
+    fn entries(&self) -> *mut usize {
+        // SAFETY: as above.
+        unsafe { self.words.add(2 * (self.n_as + 1)) }
+    }
+
+    /// Id `(slot, token)`.
+    fn id(&self, slot: usize, token: usize) -> i32 {
+        // SAFETY: the caller passes in-range indices; ids is I32 (checked),
+        // its pointer aligned (executor contract).
+        unsafe { (self.ids.at(slot, token, 0, 0) as *const i32).read() }
+    }
+
+    /// Every id is in `0..n_as`.
+    fn check_ids(&self, _ctx: &NodeCtx) -> Result<()> {
+        for t in 0..self.ids.ne(1) {
+            for s in 0..self.ids.ne(0) {
+                let id = self.id(s, t);
+                if !matches!(usize::try_from(id), Ok(e) if e < self.n_as) {
+                    return Err(Error::OutOfBounds(format!(
+                        "MUL_MAT_ID: expert id {id} at ids[{s}, {t}] is outside the {} experts",
+                        self.n_as
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Thread 0, after `check_ids`: the counting sort of (slot, token) by
+    /// expert, and the number of work units before each expert.
+    fn group(&self) {
+        let (n_used, n_tok) = (self.ids.ne(0), self.ids.ne(1));
+        // SAFETY: the map's words lie in the scratch (sized by
+        // `mul_mat_id_scratch_size`, checked in `prepare`), aligned for
+        // usize; only thread 0 touches them before the barrier.
+        let (off, pre, ent) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.offsets(), self.n_as + 1),
+                std::slice::from_raw_parts_mut(self.prefix(), self.n_as + 1),
+                std::slice::from_raw_parts_mut(self.entries(), n_used * n_tok),
+            )
+        };
+        off.fill(0);
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                let e = self.id(s, t) as usize;
+                off[e + 1] += 1;
+            }
+        }
+        for e in 0..self.n_as {
+            off[e + 1] += off[e];
+        }
+        // `pre` doubles as the fill cursor, then holds the unit prefixes.
+        pre[..self.n_as].copy_from_slice(&off[..self.n_as]);
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                let e = self.id(s, t) as usize;
+                ent[pre[e]] = s + t * n_used;
+                pre[e] += 1;
+            }
+        }
+        pre[0] = 0;
+        let mut total = 0usize;
+        for e in 0..self.n_as {
+            pre[e] = total;
+            let cols = off[e + 1] - off[e];
+            if cols > 0 {
+                total += self.rows.div_ceil(unit_rows(cols)) * cols.div_ceil(BLOCK_N);
+            }
+        }
+        pre[self.n_as] = total;
+    }
+
+    /// Phase 2: units until none are left.
+    fn multiply_share(&self, plan: &Plan, ctx: &NodeCtx) {
+        let n_used = self.ids.ne(0);
+        // SAFETY: written by thread 0 before the barrier, read-only since.
+        let (off, pre, ent) = unsafe {
+            (
+                std::slice::from_raw_parts(self.offsets(), self.n_as + 1),
+                std::slice::from_raw_parts(self.prefix(), self.n_as + 1),
+                std::slice::from_raw_parts(self.entries(), n_used * self.ids.ne(1)),
+            )
+        };
+        let total = pre[self.n_as];
+        let nth = ctx.nth.max(1);
+        let ne11 = plan.b.ne(1);
+        let mut unit = ctx.ith;
+        let mut tile = [[0f32; BLOCK_M]; BLOCK_N];
+        while unit < total {
+            // The expert of `unit`: the last with prefix <= unit and columns.
+            let e = pre.partition_point(|&p| p <= unit).saturating_sub(1);
+            let cols = &ent[off[e]..off[e + 1]];
+            let size = unit_rows(cols.len());
+            let nc0 = self.rows.div_ceil(size);
+            let u = unit - pre[e];
+            let (c0, c1) = (u % nc0, u / nc0);
+            let r0 = c0 * size;
+            let r1 = (r0 + size).min(self.rows);
+            let j0 = c1 * BLOCK_N;
+            let j1 = (j0 + BLOCK_N).min(cols.len());
+            let mut ys: [&[u8]; BLOCK_N] = [&[]; BLOCK_N];
+            for (y, &ent) in ys.iter_mut().zip(&cols[j0..j1]) {
+                let (slot, tok) = (ent % n_used, ent / n_used);
+                let i11 = slot % ne11;
+                *y = plan.b_col(i11 + tok * ne11, i11, tok, 0);
+            }
+            let ys = &ys[..j1 - j0];
+            // SAFETY: e < n_as (ids checked), a matrix of `as`.
+            let a0 = unsafe { plan.a.row(0, e, 0) };
+            for t0 in (r0..r1).step_by(BLOCK_M) {
+                let m = (t0 + BLOCK_M).min(r1) - t0;
+                if plan.a_row == 0 {
+                    tile.iter_mut().for_each(|c| c.fill(0.0));
+                } else {
+                    plan.tile(a0, t0..t0 + m, ys, &mut tile);
+                }
+                for (col, &ent) in tile.iter().zip(&cols[j0..j1]) {
+                    let (slot, tok) = (ent % n_used, ent / n_used);
+                    // SAFETY: dst is contiguous f32 [m, n_used, n_tokens];
+                    // row (slot, tok) exists, and rows t0..t0 + m of it
+                    // belong to this unit only (each (slot, tok) pair is in
+                    // exactly one expert's list).
+                    unsafe {
+                        let d = plan.dst.row(slot, tok, 0).add(t0 * 4);
+                        std::ptr::copy_nonoverlapping(col.as_ptr().cast::<u8>(), d, m * 4);
+                    }
+                }
+            }
+            if nth >= total {
+                break;
+            }
+            unit = plan.counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Validate the node and lay out the scratch.
+fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
+    if !matches!(ctx.op, Op::MulMatId) {
+        return Err(Error::op(
+            "MUL_MAT_ID",
+            format!("kernel called for {}", ctx.op.name()),
+        ));
+    }
+    let (a, b, ids, dst) = (ctx.src(0)?, ctx.src(1)?, ctx.src(2)?, ctx.dst);
+    let (la, lb, li, ld) = (a.layout, b.layout, ids.layout, dst.layout);
+    id_check(&la, &lb, &li)?;
+    let want = [la.ne[1], li.ne[0], lb.ne[2], 1];
+    if ld.dtype != DType::F32 || ld.ne != want || !ld.is_contiguous() {
+        return Err(Error::op(
+            "MUL_MAT_ID",
+            format!("dst {ld} must be contiguous f32 {want:?}"),
+        ));
+    }
+    let (head, total) = id_scratch_parts(&la, &lb, &li)
+        .ok_or_else(|| Error::Overflow(format!("MUL_MAT_ID scratch for b {lb}")))?;
+    let s = ctx.scratch;
+    if s.len < total || s.ptr.is_null() || !(s.ptr as usize).is_multiple_of(64) {
+        return Err(Error::InvalidLayout(format!(
+            "MUL_MAT_ID needs {total} bytes of 64-byte aligned scratch, {} given",
+            s.len
+        )));
+    }
+    let plan = Plan::with_weights(ctx, a, b, dst, head)?;
+    debug_assert!(head >= COUNTER_BYTES);
+    Ok((
+        plan,
+        Map {
+            ids,
+            n_as: la.ne[2],
+            // SAFETY: head + map bytes <= s.len (checked above); head is a
+            // multiple of 64 from a 64-aligned pointer, so usize-aligned.
+            words: unsafe { s.ptr.add(head) }.cast::<usize>(),
+            rows: la.ne[1],
+        },
+    ))
+}
