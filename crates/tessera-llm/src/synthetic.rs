@@ -78,6 +78,9 @@ impl SyntheticSpec {
             n_ctx: 8192,
             wtype,
             seed: 42,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_exp: 0,
         }
     }
 }
