@@ -210,7 +210,7 @@ fn tile_type(t: DType) -> bool {
 }
 
 /// Quantized types the kernels convert to and from F32.
-const QUANT: [DType; 7] = [
+const QUANT: [DType; 9] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
@@ -218,6 +218,8 @@ const QUANT: [DType; 7] = [
     DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// Rows of whole blocks, elements adjacent within a row.

@@ -83,7 +83,14 @@ fn cpy_of_integers_copies_bytes() {
 #[test]
 fn cpy_quantizes_rows_like_the_reference() {
     let mut rng = Rng::new(3);
-    for qt in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for qt in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
+    ] {
         let ne0 = 512;
         let mut g = Graph::new();
         let a = g.new_tensor(DType::F32, &[ne0, 3]).unwrap();

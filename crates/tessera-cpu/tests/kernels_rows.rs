@@ -53,7 +53,14 @@ fn get_rows_of_plain_types() {
 #[test]
 fn get_rows_dequantizes_like_the_reference() {
     let mut rng = Rng::new(41);
-    for qt in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for qt in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
+    ] {
         let ne0 = 256;
         let n_rows = 5;
         let row_bytes = qt.row_size(ne0).unwrap();
@@ -178,7 +185,14 @@ fn set_rows_duplicate_indices_keep_the_last_row_for_any_thread_count() {
 #[test]
 fn set_rows_quantizes_like_the_reference() {
     let mut rng = Rng::new(43);
-    for qt in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for qt in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
+    ] {
         let ne0 = 256;
         let row_bytes = qt.row_size(ne0).unwrap();
         let mut g = Graph::new();

@@ -8,7 +8,7 @@ use crate::layout::Layout;
 use crate::op::Op;
 
 /// Weight types MUL_MAT accepts as `a`.
-pub const MUL_MAT_WEIGHT_TYPES: [DType; 10] = [
+pub const MUL_MAT_WEIGHT_TYPES: [DType; 12] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -19,6 +19,8 @@ pub const MUL_MAT_WEIGHT_TYPES: [DType; 10] = [
     DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 impl Graph {

@@ -398,6 +398,16 @@ fn q6_k_weights() {
 }
 
 #[test]
+fn iq4_nl_weights() {
+    all_shapes(DType::IQ4NL, 11);
+}
+
+#[test]
+fn iq4_xs_weights() {
+    all_shapes(DType::IQ4XS, 12);
+}
+
+#[test]
 fn every_weight_type_is_supported() {
     for t in MUL_MAT_WEIGHT_TYPES {
         let a = Layout::contiguous(t, &[256, 4, 2]).unwrap();

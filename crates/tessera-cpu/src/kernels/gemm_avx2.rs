@@ -200,7 +200,7 @@ pub(crate) mod imp {
             DType::Q6K => deq_q6k,
             // No AVX2 body: the reference converter (never `None`, which
             // would mean "f32, read in place").
-            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => {
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4NL | DType::IQ4XS => {
                 return crate::kernels::gemm_portable::dequant(t);
             }
             DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,

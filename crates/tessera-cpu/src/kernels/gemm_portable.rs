@@ -72,6 +72,8 @@ pub(super) fn dequant(t: DType) -> Option<DequantFn> {
         DType::Q5_1 => to_f32_q5_1,
         DType::Q4K => to_f32_q4k,
         DType::Q6K => to_f32_q6k,
+        DType::IQ4NL => to_f32_iq4nl,
+        DType::IQ4XS => to_f32_iq4xs,
         DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })
 }
@@ -107,3 +109,5 @@ to_f32!(to_f32_q5_0, DType::Q5_0);
 to_f32!(to_f32_q5_1, DType::Q5_1);
 to_f32!(to_f32_q4k, DType::Q4K);
 to_f32!(to_f32_q6k, DType::Q6K);
+to_f32!(to_f32_iq4nl, DType::IQ4NL);
+to_f32!(to_f32_iq4xs, DType::IQ4XS);
