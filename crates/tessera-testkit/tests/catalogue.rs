@@ -126,6 +126,8 @@ fn every_op_function_and_type_is_covered() {
         DType::Q4_0,
         DType::Q4K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
         DType::I32,
     ] {
         assert!(
@@ -143,6 +145,8 @@ fn every_op_function_and_type_is_covered() {
         DType::Q4_0,
         DType::Q4K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         for ti in [DType::I32, DType::I64] {
             assert!(
@@ -163,7 +167,14 @@ fn every_op_function_and_type_is_covered() {
             assert!(cpy(a, b), "CPY {a} -> {b}");
         }
     }
-    for q in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+    for q in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
+    ] {
         assert!(
             cpy(DType::F32, q) && cpy(q, DType::F32) && cpy(q, q),
             "CPY with {q}"

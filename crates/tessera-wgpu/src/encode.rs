@@ -29,7 +29,7 @@ use crate::wgsl::Binding;
 /// of each destination type (a kernel compiles only the one it uses).
 macro_rules! with_store {
     ($name:ident, $file:literal) => {
-        const $name: [&str; 8] = [
+        const $name: [&str; 10] = [
     with_store!(@ "store_none.wgsl", $file),
     with_store!(@ "store_q8_0.wgsl", $file),
     with_store!(@ "store_q4_0.wgsl", $file),
@@ -38,6 +38,8 @@ macro_rules! with_store {
     with_store!(@ "store_q4_1.wgsl", $file),
     with_store!(@ "store_q5_0.wgsl", $file),
     with_store!(@ "store_q5_1.wgsl", $file),
+    with_store!(@ "store_iq4_nl.wgsl", $file),
+    with_store!(@ "store_iq4_xs.wgsl", $file),
         ];
     };
     (@ $store:literal, $file:literal) => {
@@ -53,7 +55,7 @@ with_store!(COPY, "copy.wgsl");
 with_store!(INDEX, "index.wgsl");
 
 /// The variant of a `with_store!` body for destination type `dtype`.
-fn for_dst(bodies: &[&'static str; 8], dtype: DType) -> &'static str {
+fn for_dst(bodies: &[&'static str; 10], dtype: DType) -> &'static str {
     match dtype {
         DType::Q8_0 => bodies[1],
         DType::Q4_0 => bodies[2],
@@ -62,6 +64,8 @@ fn for_dst(bodies: &[&'static str; 8], dtype: DType) -> &'static str {
         DType::Q4_1 => bodies[5],
         DType::Q5_0 => bodies[6],
         DType::Q5_1 => bodies[7],
+        DType::IQ4NL => bodies[8],
+        DType::IQ4XS => bodies[9],
         _ => bodies[0],
     }
 }

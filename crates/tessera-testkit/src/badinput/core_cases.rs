@@ -5,7 +5,9 @@
 
 use proptest::prelude::*;
 use tessera::dtype::ALL_DTYPES;
-use tessera::quant::{self, BlockQ4_0, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K};
+use tessera::quant::{
+    self, BlockIQ4NL, BlockIQ4XS, BlockQ4_0, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K,
+};
 use tessera::{DType, Layout, MAX_DIMS};
 
 use super::strategies::{dtype, extent, raw_layout, sample, shape};
@@ -180,6 +182,8 @@ fn quant_cases() -> Vec<Case> {
                 both!(BlockQ4K, quant::QK_K);
                 both!(BlockQ6K, quant::QK_K);
                 both!(BlockQ8K, quant::QK_K);
+                both!(BlockIQ4NL, quant::QK4_NL);
+                both!(BlockIQ4XS, quant::QK_K);
                 let _ = r;
                 Ok(())
             },

@@ -394,7 +394,14 @@ fn misuse(dev: &Arc<dyn Device>, k: usize, shift: usize) -> Result<(), Stop> {
 /// one-block row `is_contiguous_rows` ignores `nb0`), read and written by
 /// every op that takes quantized operands.
 fn odd_quant_cases(p: &DeviceProvider, cases: &mut Vec<Case>) {
-    let types = [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K];
+    let types = [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
+    ];
     let ops = [
         "cpy f32->q",
         "cpy q->f32",

@@ -6,7 +6,7 @@ use tessera::DType;
 
 use super::{Case, CaseGraph, Init, fmt_ne, fmt_perm, permuted_leaf};
 
-const ROW_TYPES: [DType; 11] = [
+const ROW_TYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -17,6 +17,8 @@ const ROW_TYPES: [DType; 11] = [
     DType::Q5_1,
     DType::Q4K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
     DType::I32,
 ];
 
