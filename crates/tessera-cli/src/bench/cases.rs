@@ -91,6 +91,8 @@ pub fn all_cases() -> Vec<PerfCase> {
             DType::Q5_0,
             DType::Q5_1,
             DType::Q4K,
+            DType::IQ4NL,
+            DType::IQ4XS,
         ] {
             v.push(mul_mat(t, 4096, n, 14336));
         }
