@@ -192,42 +192,34 @@ mod imp {
         let lut = table();
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
-        for b in 0..nb {
-            if K == NL && b % 8 == 0 {
-                for x in xs {
-                    prefetch(x.wrapping_add(b * xb), 8 * xb + 63);
+        let mut acc2 = [[_mm256_setzero_ps(); R]; C];
+        if K == NL {
+            // Small tiles alternate two accumulator sets by block (the
+            // one-row product would otherwise wait on one FMA chain).
+            let pair = R * C <= 2;
+            let mut b = 0;
+            while b < nb {
+                if b % 8 == 0 {
+                    for x in xs {
+                        prefetch(x.wrapping_add(b * xb), 8 * xb + 63);
+                    }
                 }
-            } else if K == XS {
-                for x in xs {
-                    prefetch(x.wrapping_add(b * xb), xb + 63);
+                // SAFETY: block b < nb of every row and column.
+                unsafe { nl_block::<R, C>(&xs, &ys, b, lut, ones, &mut acc) };
+                if pair && b + 1 < nb {
+                    // SAFETY: block b + 1 < nb likewise.
+                    unsafe { nl_block::<R, C>(&xs, &ys, b + 1, lut, ones, &mut acc2) };
+                    b += 2;
+                } else {
+                    b += 1;
                 }
             }
-            if K == NL {
-                let mut y = [_mm256_setzero_si256(); C];
-                let mut dy = [0f32; C];
-                for c in 0..C {
-                    // SAFETY: block b < nb of column c: the f16 scale at 0,
-                    // 32 quants at 2.
-                    unsafe {
-                        let p = ys[c].add(b * yb);
-                        y[c] = _mm256_loadu_si256(p.add(2).cast());
-                        dy[c] = f16_at(p);
-                    }
-                }
-                for r in 0..R {
-                    // SAFETY: block b < nb of row r: the scale at 0, 16 index bytes at 2.
-                    let (w, dx) = unsafe {
-                        let p = xs[r].add(b * xb);
-                        (values(p.add(2), lut), f16_at(p))
-                    };
-                    let aw = _mm256_sign_epi8(w, w);
-                    for c in 0..C {
-                        let p = mul_pairs(aw, w, y[c]);
-                        let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                        acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
-                    }
-                }
-            } else {
+        }
+        for b in (0..nb).filter(|_| K == XS) {
+            for x in xs {
+                prefetch(x.wrapping_add(b * xb), xb + 63);
+            }
+            {
                 let mut dy = [0f32; C];
                 for c in 0..C {
                     // SAFETY: block b < nb of column c: the f32 scale at 0.
@@ -270,6 +262,54 @@ mod imp {
                 }
             }
         }
+        if R * C <= 2 {
+            for (a, a2) in acc.iter_mut().zip(&acc2) {
+                for (a, &a2) in a.iter_mut().zip(a2) {
+                    *a = _mm256_add_ps(*a, a2);
+                }
+            }
+        }
         hsums(&acc)
+    }
+
+    /// One IQ4_NL block `b` of every row against every column, into `acc`.
+    ///
+    /// # Safety
+    /// As [`tile`]: block `b` of every row and column is readable; AVX2,
+    /// FMA and F16C present.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn nl_block<const R: usize, const C: usize>(
+        xs: &[*const u8; R],
+        ys: &[*const u8; C],
+        b: usize,
+        lut: __m256i,
+        ones: __m256i,
+        acc: &mut [[__m256; R]; C],
+    ) {
+        let (xb, yb) = layout(NL);
+        let mut y = [_mm256_setzero_si256(); C];
+        let mut dy = [0f32; C];
+        for c in 0..C {
+            // SAFETY: block b of column c: the f16 scale at 0, 32 quants at 2.
+            unsafe {
+                let p = ys[c].add(b * yb);
+                y[c] = _mm256_loadu_si256(p.add(2).cast());
+                dy[c] = f16_at(p);
+            }
+        }
+        for r in 0..R {
+            // SAFETY: block b of row r: the scale at 0, 16 index bytes at 2.
+            let (w, dx) = unsafe {
+                let p = xs[r].add(b * xb);
+                (values(p.add(2), lut), f16_at(p))
+            };
+            let aw = _mm256_sign_epi8(w, w);
+            for c in 0..C {
+                let p = mul_pairs(aw, w, y[c]);
+                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
+            }
+        }
     }
 }
