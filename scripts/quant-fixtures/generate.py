@@ -10,7 +10,7 @@ Who computes what
 -----------------
 * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: quantized and dequantized by gguf-py (`gguf.quants`), the
   Python port that llama.cpp maintains.
-* F16, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
+* F16, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS: quantized (`GGML_FP32_TO_FP16`, `quantize_row_*_ref`)
   and dequantized (`GGML_FP16_TO_FP32`, `dequantize_row_*`) by ggml's own C,
   through `ggml_ref.c`, compiled here in a temporary directory against the
   sdist's `ggml-quants.c` (gcc -O2 -DNDEBUG -ffp-contract=off, as a release
@@ -24,7 +24,8 @@ Inputs
 ------
 Deterministic (splitmix64 + Box-Muller written out below, no numpy RNG), in
 256-value *segments* of one kind each (tags in `SEGMENT_KINDS`). Q4_0/Q8_0
-(and Q4_1/Q5_0/Q5_1) rows are one segment (8 blocks), K-quant rows two segments (2 super-blocks).
+(and Q4_1/Q5_0/Q5_1, IQ4_NL) rows are one segment (8 blocks), K-quant and IQ4_XS rows two
+segments (2 super-blocks).
 F16/BF16 use 64-value rows of their own kinds (`FLOAT_ROW_KINDS`), with NaN,
 inf, ties and subnormals.
 
@@ -34,7 +35,7 @@ File format (`<type>.bin`, all little-endian)
     version    u32      1
     ggml_type  u32      ggml's type id (F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
                         Q8_1=9, Q2_K=10, Q3_K=11, Q4_K=12, Q5_K=13,
-                        Q6_K=14, Q8_K=15, BF16=30)
+                        Q6_K=14, Q8_K=15, IQ4_NL=20, IQ4_XS=23, BF16=30)
     n_rows     u32
     n_per_row  u32      f32 values per row
     row_bytes  u32      quantized bytes per row
@@ -375,6 +376,19 @@ def main() -> int:
                 report("gguf-py vs ggml C dequant", py.view(np.uint32), deq.view(np.uint32),
                        tags, SEG, SEGMENT_KINDS)
             write_fixture(args.out / f"{name.lower()}.bin", tid, x, q, deq, len(tags) // 2, SEG, tags)
+
+        # --- IQ4_NL (rows of one segment) and IQ4_XS (rows of two): ggml C
+        # (quantize_row_iq4_*_ref, dequantize_row_iq4_*), gguf-py's
+        # dequantization for comparison.
+        for name, qt, tid, per_row in (("iq4_nl", T.IQ4_NL, 20, 1), ("iq4_xs", T.IQ4_XS, 23, 2)):
+            print(f"{name} (ggml C):")
+            q = ref.quant(name, x)
+            deq = ref.dequant(name, q, x.size)
+            with np.errstate(all="ignore"):
+                py = quants.dequantize(q.reshape(len(tags), -1), qt).reshape(-1)
+            report("gguf-py vs ggml C dequant", py.view(np.uint32), deq.view(np.uint32),
+                   tags, SEG, SEGMENT_KINDS)
+            write_fixture(args.out / f"{name}.bin", tid, x, q, deq, len(tags) // per_row, SEG, tags)
 
     total = sum(p.stat().st_size for p in args.out.glob("*.bin"))
     print(f"total fixture size: {total} bytes")

@@ -7,10 +7,14 @@
 //   ggml_ref quant   TYPE N   < N f32 values          > row bytes
 //   ggml_ref dequant TYPE N   < row bytes of N values > N f32 values
 //
-// TYPE is one of f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_K q3_K q4_K q5_K q6_K q8_K. Everything is
+// TYPE is one of f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_K q3_K q4_K q5_K q6_K q8_K
+// iq4_nl iq4_xs. Everything is
 // little-endian raw binary on stdin/stdout. The output buffer of `quant` is
 // zeroed first, so bytes ggml leaves unwritten (q8_K's bsums of an all-zero
-// block) come out as zeros. ggml has no dequantize_row_q8_1; `dequant q8_1`
+// block) come out as zeros. quantize_row_iq4_nl_ref leaves the indices of a
+// block whose largest magnitude is below GROUP_MAX_EPS as its stack scratch
+// held them (the previous block's, or uninitialised for the first); that
+// block's d is 0, and the tests ignore its indices. ggml has no dequantize_row_q8_1; `dequant q8_1`
 // writes d * qs (the values the quants stand for; s is not a value).
 
 #include <stdarg.h>
@@ -70,6 +74,8 @@ static const struct type_info TYPES[] = {
     { "q5_K", QK_K,  sizeof(block_q5_K) },
     { "q6_K", QK_K,  sizeof(block_q6_K) },
     { "q8_K", QK_K,  sizeof(block_q8_K) },
+    { "iq4_nl", QK4_NL, sizeof(block_iq4_nl) },
+    { "iq4_xs", QK_K,   sizeof(block_iq4_xs) },
 };
 
 static void read_all(void * buf, size_t n) {
@@ -117,6 +123,10 @@ static void quant(const char * t, const float * x, void * y, int64_t n) {
         quantize_row_q6_K_ref(x, y, n);
     } else if (!strcmp(t, "q8_K")) {
         quantize_row_q8_K_ref(x, y, n);
+    } else if (!strcmp(t, "iq4_nl")) {
+        quantize_row_iq4_nl_ref(x, y, n);
+    } else if (!strcmp(t, "iq4_xs")) {
+        quantize_row_iq4_xs_ref(x, y, n);
     }
 }
 
@@ -154,6 +164,10 @@ static void dequant(const char * t, const void * x, float * y, int64_t n) {
         dequantize_row_q6_K(x, y, n);
     } else if (!strcmp(t, "q8_K")) {
         dequantize_row_q8_K(x, y, n);
+    } else if (!strcmp(t, "iq4_nl")) {
+        dequantize_row_iq4_nl(x, y, n);
+    } else if (!strcmp(t, "iq4_xs")) {
+        dequantize_row_iq4_xs(x, y, n);
     }
 }
 

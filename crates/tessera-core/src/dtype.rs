@@ -44,6 +44,12 @@ pub enum DType {
     /// 256-element blocks of i8 with an f32 scale and 16 partial sums; the
     /// activation type of K-quant dot products (never stored in files).
     Q8K = 15,
+    /// 32-element blocks of 4-bit indices into ggml's non-linear table
+    /// `kvalues_iq4nl`, with one f16 scale: `x = d * kvalues[q]`.
+    IQ4NL = 20,
+    /// 256-element super-blocks of 4-bit indices into `kvalues_iq4nl`, an f16
+    /// scale and 8 sub-blocks with 6-bit scales: `x = d * (ls - 32) * kvalues[q]`.
+    IQ4XS = 23,
     /// 32-bit signed integer (indices, positions).
     I32 = 26,
     /// 64-bit signed integer (row indices for `SET_ROWS`).
@@ -53,7 +59,7 @@ pub enum DType {
 }
 
 /// Every type, in ggml id order.
-pub const ALL_DTYPES: [DType; 17] = [
+pub const ALL_DTYPES: [DType; 19] = [
     DType::F32,
     DType::F16,
     DType::Q4_0,
@@ -68,6 +74,8 @@ pub const ALL_DTYPES: [DType; 17] = [
     DType::Q5K,
     DType::Q6K,
     DType::Q8K,
+    DType::IQ4NL,
+    DType::IQ4XS,
     DType::I32,
     DType::I64,
     DType::BF16,
@@ -78,8 +86,20 @@ impl DType {
     pub const fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
-            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => 256,
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q8_1
+            | DType::IQ4NL => 32,
+            DType::Q2K
+            | DType::Q3K
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+            | DType::Q8K
+            | DType::IQ4XS => 256,
         }
     }
 
@@ -101,6 +121,8 @@ impl DType {
             DType::Q5K => 176,
             DType::Q6K => 210,
             DType::Q8K => 292,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -136,6 +158,8 @@ impl DType {
             DType::Q5K => "q5_K",
             DType::Q6K => "q6_K",
             DType::Q8K => "q8_K",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::BF16 => "bf16",
@@ -219,6 +243,11 @@ mod tests {
         assert_eq!(DType::Q5_1.row_size(64).ok(), Some(48));
         assert!(DType::Q5_0.row_size(48).is_err());
         assert_eq!(DType::Q6K.row_size(512).ok(), Some(420));
+        assert_eq!(DType::IQ4NL.row_size(64).ok(), Some(36));
+        assert_eq!(DType::IQ4XS.row_size(512).ok(), Some(272));
+        assert_eq!(DType::from_ggml_id(20).ok(), Some(DType::IQ4NL));
+        assert_eq!(DType::from_ggml_id(23).ok(), Some(DType::IQ4XS));
+        assert_eq!(DType::from_name("IQ4_XS").ok(), Some(DType::IQ4XS));
         assert!(matches!(
             DType::Q4K.row_size(100),
             Err(Error::BlockSize { .. })

@@ -235,7 +235,7 @@ fn tile_type(t: DType) -> bool {
 }
 
 /// Quantized types the kernels convert to and from F32.
-const QUANT: [DType; 10] = [
+const QUANT: [DType; 12] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
@@ -246,6 +246,8 @@ const QUANT: [DType; 10] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// Rows of whole blocks, elements adjacent within a row.

@@ -91,6 +91,8 @@ fn cpy_quantizes_rows_like_the_reference() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         let ne0 = 512;
         let mut g = Graph::new();

@@ -61,6 +61,8 @@ fn get_rows_dequantizes_like_the_reference() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         let ne0 = 256;
         let n_rows = 5;
@@ -194,6 +196,8 @@ fn set_rows_quantizes_like_the_reference() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         let ne0 = 256;
         let row_bytes = qt.row_size(ne0).unwrap();

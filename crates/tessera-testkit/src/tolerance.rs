@@ -14,7 +14,8 @@
 //! rounding to nearest even matches the reference exactly), into a quantized
 //! type (ggml's "one quantized value off by one step" estimate,
 //! `(2 / 2^bits)^2 / (0.25 n)` for values in [-1, 1], `bits` = 8 for Q8_0, 6 for
-//! Q6_K, 5 for Q5_0, Q5_1 and Q5_K, 4 for Q4_0, Q4_1 and Q4_K, 3 for Q3_K, 2 for Q2_K: a device quantizer whose f32 arithmetic differs
+//! Q6_K, 5 for Q5_0, Q5_1 and Q5_K, 4 for Q4_0, Q4_1 and Q4_K, 3 for Q3_K, IQ4_NL and IQ4_XS (non-linear
+//! levels, widest gap about 1.6 uniform 4-bit steps), 2 for Q2_K: a device quantizer whose f32 arithmetic differs
 //! may pick the neighbouring level for a value on a rounding boundary).
 //!
 //! The tables are plain data so that other crates can list and reuse them.
@@ -81,6 +82,9 @@ pub const fn quant_bits(dtype: DType) -> Option<u32> {
         DType::Q4_0 | DType::Q4_1 | DType::Q4K => Some(4),
         DType::Q3K => Some(3),
         DType::Q2K => Some(2),
+        // A 4-bit index into a non-linear table whose widest gap (89 to
+        // 113 of 240) is about 1.6 uniform 4-bit steps: counted as 3 bits.
+        DType::IQ4NL | DType::IQ4XS => Some(3),
         _ => None,
     }
 }

@@ -129,6 +129,8 @@ fn every_op_function_and_type_is_covered() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
         DType::I32,
     ] {
         assert!(
@@ -149,6 +151,8 @@ fn every_op_function_and_type_is_covered() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         for ti in [DType::I32, DType::I64] {
             assert!(
@@ -177,6 +181,8 @@ fn every_op_function_and_type_is_covered() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ] {
         assert!(
             cpy(DType::F32, q) && cpy(q, DType::F32) && cpy(q, q),

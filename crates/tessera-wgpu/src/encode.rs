@@ -29,7 +29,7 @@ use crate::wgsl::Binding;
 /// of each destination type (a kernel compiles only the one it uses).
 macro_rules! with_store {
     ($name:ident, $file:literal) => {
-        const $name: [&str; 11] = [
+        const $name: [&str; 13] = [
     with_store!(@ "store_none.wgsl", $file),
     with_store!(@ "store_q8_0.wgsl", $file),
     with_store!(@ "store_q4_0.wgsl", $file),
@@ -41,6 +41,8 @@ macro_rules! with_store {
     with_store!(@ "store_q2_k.wgsl", $file),
     with_store!(@ "store_q3_k.wgsl", $file),
     with_store!(@ "store_q5_k.wgsl", $file),
+    with_store!(@ "store_iq4_nl.wgsl", $file),
+    with_store!(@ "store_iq4_xs.wgsl", $file),
         ];
     };
     (@ $store:literal, $file:literal) => {
@@ -56,7 +58,7 @@ with_store!(COPY, "copy.wgsl");
 with_store!(INDEX, "index.wgsl");
 
 /// The variant of a `with_store!` body for destination type `dtype`.
-fn for_dst(bodies: &[&'static str; 11], dtype: DType) -> &'static str {
+fn for_dst(bodies: &[&'static str; 13], dtype: DType) -> &'static str {
     match dtype {
         DType::Q8_0 => bodies[1],
         DType::Q4_0 => bodies[2],
@@ -68,6 +70,8 @@ fn for_dst(bodies: &[&'static str; 11], dtype: DType) -> &'static str {
         DType::Q2K => bodies[8],
         DType::Q3K => bodies[9],
         DType::Q5K => bodies[10],
+        DType::IQ4NL => bodies[11],
+        DType::IQ4XS => bodies[12],
         _ => bodies[0],
     }
 }

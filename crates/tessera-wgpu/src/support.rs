@@ -15,7 +15,7 @@
 use tessera::{DType, Graph, Layout, MAX_SRC, Op, TensorId};
 
 /// Quantized types the kernels read.
-pub const QUANT_READ: [DType; 10] = [
+pub const QUANT_READ: [DType; 12] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
@@ -26,10 +26,12 @@ pub const QUANT_READ: [DType; 10] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// Quantized types the kernels write (CPY and SET_ROWS from F32).
-pub const QUANT_WRITE: [DType; 10] = QUANT_READ;
+pub const QUANT_WRITE: [DType; 12] = QUANT_READ;
 
 /// Longest V row of FLASH_ATTN_EXT (64 threads x 8 columns).
 pub const FLASH_ATTN_MAX_DV: usize = 512;

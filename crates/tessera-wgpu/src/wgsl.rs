@@ -292,6 +292,23 @@ fn dequant_body(x: &str, dtype: DType) -> String {
              \x20   let d = f16_to_f32({x}_h(blk + 208u));\n\
              \x20   return d * f32(sc) * f32(q);"
         ),
+        DType::IQ4NL => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let q = {x}_b(blk + 2u + (j & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, j >= 16u);\n\
+             \x20   return d * kvalue_iq4nl(n);"
+        ),
+        DType::IQ4XS => format!(
+            "    let d = f16_to_f32({x}_h(blk));\n\
+             \x20   let ib = j / 32u;\n\
+             \x20   let w = j % 32u;\n\
+             \x20   let lo = ({x}_b(blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u;\n\
+             \x20   let hi = ({x}_h(blk + 2u) >> (2u * ib)) & 3u;\n\
+             \x20   let dl = d * f32(i32(lo | (hi << 4u)) - 32);\n\
+             \x20   let q = {x}_b(blk + 8u + 16u * ib + (w & 15u));\n\
+             \x20   let n = select(q & 15u, q >> 4u, w >= 16u);\n\
+             \x20   return dl * kvalue_iq4nl(n);"
+        ),
         _ => "    return 0.0;".to_string(),
     }
 }

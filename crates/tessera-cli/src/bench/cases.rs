@@ -94,6 +94,8 @@ pub fn all_cases() -> Vec<PerfCase> {
             DType::Q3K,
             DType::Q4K,
             DType::Q5K,
+            DType::IQ4NL,
+            DType::IQ4XS,
         ] {
             v.push(mul_mat(t, 4096, n, 14336));
         }

@@ -8,7 +8,7 @@ use crate::layout::Layout;
 use crate::op::Op;
 
 /// Weight types MUL_MAT accepts as `a`.
-pub const MUL_MAT_WEIGHT_TYPES: [DType; 13] = [
+pub const MUL_MAT_WEIGHT_TYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -22,6 +22,8 @@ pub const MUL_MAT_WEIGHT_TYPES: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 impl Graph {

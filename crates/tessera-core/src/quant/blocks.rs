@@ -2,7 +2,7 @@
 //!
 //! Quantized tensors are arrays of these blocks, exactly as ggml and GGUF
 //! files store them (`block_q4_0`, `block_q4_1`, `block_q5_0`, `block_q5_1`,
-//! `block_q8_0`, `block_q2_K`, `block_q3_K`, `block_q4_K`, `block_q5_K`, `block_q6_K`, `block_q8_K` of `ggml-common.h`): same field order, sizes and no padding,
+//! `block_q8_0`, `block_q2_K`, `block_q3_K`, `block_q4_K`, `block_q5_K`, `block_q6_K`, `block_q8_K`, `block_iq4_nl`, `block_iq4_xs` of `ggml-common.h`): same field order, sizes and no padding,
 //! checked at compile time against [`DType::type_size`]. Byte order is the
 //! host's, as in ggml (little-endian on every target Tessera supports).
 //!
@@ -31,6 +31,8 @@ pub const QK8_0: usize = 32;
 pub const QK8_1: usize = 32;
 /// Values per K-quant super-block ([`BlockQ4K`], [`BlockQ6K`], [`BlockQ8K`]).
 pub const QK_K: usize = 256;
+/// Values per [`BlockIQ4NL`].
+pub const QK4_NL: usize = 32;
 /// Bytes of packed 6-bit scales and mins in a [`BlockQ4K`] (`K_SCALE_SIZE`).
 pub const K_SCALE_SIZE: usize = 12;
 
@@ -231,6 +233,38 @@ pub struct BlockQ8K {
     pub bsums: [i16; QK_K / 16],
 }
 
+/// `block_iq4_nl`: 32 values `x = d * kvalues_iq4nl[q]` with 4-bit `q`.
+///
+/// `qs` is packed as in [`BlockQ4_0`]: value `j` low, value `j + 16` high.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockIQ4NL {
+    /// Scale.
+    pub d: f16,
+    /// Packed 4-bit table indices.
+    pub qs: [u8; QK4_NL / 2],
+}
+
+/// `block_iq4_xs`: 256 values in 8 sub-blocks of 32,
+/// `x = d * (ls - 32) * kvalues_iq4nl[q]` with a 6-bit sub-block scale `ls`.
+///
+/// `ls` of sub-block `ib` is nibble `ib % 2` of `scales_l[ib / 2]` (low
+/// bits) and bits `2 ib..2 ib + 2` of `scales_h` (high bits); read it with
+/// [`iq4_xs_scale`](super::iq4_xs_scale). `qs[16 ib..16 ib + 16]` packs
+/// sub-block `ib` as a [`BlockIQ4NL`] does.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockIQ4XS {
+    /// Super-block scale.
+    pub d: f16,
+    /// High 2 bits of the 8 sub-block scales (a little-endian u16).
+    pub scales_h: [u8; 2],
+    /// Low 4 bits of the 8 sub-block scales.
+    pub scales_l: [u8; QK_K / 64],
+    /// Packed 4-bit table indices.
+    pub qs: [u8; QK_K / 2],
+}
+
 const _: () = assert!(size_of::<BlockQ4_0>() == DType::Q4_0.type_size());
 const _: () = assert!(size_of::<BlockQ4_1>() == DType::Q4_1.type_size());
 const _: () = assert!(size_of::<BlockQ5_0>() == DType::Q5_0.type_size());
@@ -243,6 +277,10 @@ const _: () = assert!(size_of::<BlockQ4K>() == DType::Q4K.type_size());
 const _: () = assert!(size_of::<BlockQ5K>() == DType::Q5K.type_size());
 const _: () = assert!(size_of::<BlockQ6K>() == DType::Q6K.type_size());
 const _: () = assert!(size_of::<BlockQ8K>() == DType::Q8K.type_size());
+const _: () = assert!(size_of::<BlockIQ4NL>() == DType::IQ4NL.type_size());
+const _: () = assert!(size_of::<BlockIQ4XS>() == DType::IQ4XS.type_size());
+const _: () = assert!(QK4_NL == DType::IQ4NL.block_size());
+const _: () = assert!(QK_K == DType::IQ4XS.block_size());
 const _: () = assert!(QK4_0 == DType::Q4_0.block_size());
 const _: () = assert!(QK4_1 == DType::Q4_1.block_size());
 const _: () = assert!(QK5_0 == DType::Q5_0.block_size());
@@ -292,6 +330,10 @@ mod tests {
         assert_eq!(offset_of!(BlockQ6K, d), 208);
         assert_eq!(offset_of!(BlockQ8K, qs), 4);
         assert_eq!(offset_of!(BlockQ8K, bsums), 260);
+        assert_eq!(offset_of!(BlockIQ4NL, qs), 2);
+        assert_eq!(offset_of!(BlockIQ4XS, scales_h), 2);
+        assert_eq!(offset_of!(BlockIQ4XS, scales_l), 4);
+        assert_eq!(offset_of!(BlockIQ4XS, qs), 8);
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //!   (`quantize_row_*_ref`) and `dequantize_row_*`;
 //! - the block structs ([`BlockQ4_0`], [`BlockQ4_1`], [`BlockQ5_0`],
 //!   [`BlockQ5_1`], [`BlockQ8_0`], [`BlockQ8_1`], [`BlockQ2K`], [`BlockQ3K`],
-//!   [`BlockQ4K`], [`BlockQ5K`],
-//!   [`BlockQ6K`], [`BlockQ8K`]) and the [`QuantBlock`] trait, for kernels
+//!   [`BlockQ4K`], [`BlockQ5K`], [`BlockQ6K`], [`BlockQ8K`], [`BlockIQ4NL`],
+//!   [`BlockIQ4XS`]) and the [`QuantBlock`] trait, for kernels
 //!   that work block by block ([`quantize_row`] / [`dequantize_row`]);
 //! - the scalar helpers kernels reuse: [`f32_to_f16`], [`f32_to_bf16`],
 //!   [`bf16_to_f32`], [`get_scale_min_k4`].
@@ -27,6 +27,7 @@
 
 mod blocks;
 mod float;
+mod iq4;
 mod kquant_search;
 mod q2_k;
 mod q3_k;
@@ -44,11 +45,12 @@ mod rounding;
 use std::mem::size_of;
 
 pub use blocks::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ8_0, BlockQ8_1, BlockQ8K, K_SCALE_SIZE, QK_K, QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK8_1,
-    QuantBlock,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
+    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, K_SCALE_SIZE, QK_K, QK4_0,
+    QK4_1, QK4_NL, QK5_0, QK5_1, QK8_0, QK8_1, QuantBlock,
 };
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use iq4::{KVALUES_IQ4NL, iq4_xs_scale};
 pub use q4_k::get_scale_min_k4;
 
 use crate::dtype::DType;
@@ -103,6 +105,8 @@ pub fn from_f32(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q5K => quantize_bytes::<BlockQ5K, QK_K>(src, dst),
         DType::Q6K => quantize_bytes::<BlockQ6K, QK_K>(src, dst),
         DType::Q8K => quantize_bytes::<BlockQ8K, QK_K>(src, dst),
+        DType::IQ4NL => quantize_bytes::<BlockIQ4NL, QK4_NL>(src, dst),
+        DType::IQ4XS => quantize_bytes::<BlockIQ4XS, QK_K>(src, dst),
         DType::I32 | DType::I64 => {
             return Err(Error::unsupported(
                 WHO,
@@ -148,6 +152,8 @@ pub fn to_f32(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q5K => dequantize_bytes::<BlockQ5K, QK_K>(src, dst),
         DType::Q6K => dequantize_bytes::<BlockQ6K, QK_K>(src, dst),
         DType::Q8K => dequantize_bytes::<BlockQ8K, QK_K>(src, dst),
+        DType::IQ4NL => dequantize_bytes::<BlockIQ4NL, QK4_NL>(src, dst),
+        DType::IQ4XS => dequantize_bytes::<BlockIQ4XS, QK_K>(src, dst),
         DType::I64 => {
             return Err(Error::unsupported(
                 WHO,

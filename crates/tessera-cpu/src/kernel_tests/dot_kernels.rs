@@ -58,7 +58,7 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                 .collect();
             for b in x.chunks_exact_mut(ts) {
                 match t {
-                    DType::Q4_0 | DType::Q8_0 | DType::Q5_0 => {
+                    DType::Q4_0 | DType::Q8_0 | DType::Q5_0 | DType::IQ4NL => {
                         put_f16(b, 0, 0.01 + 0.05 * rng.f32().abs())
                     }
                     DType::Q4_1 | DType::Q5_1 => {
@@ -79,6 +79,7 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
                         put_f16(b, 82, 0.001 + 0.01 * rng.f32().abs());
                     }
                     DType::Q3K => put_f16(b, 108, 0.001 + 0.01 * rng.f32().abs()),
+                    DType::IQ4XS => put_f16(b, 0, 0.0005 + 0.002 * rng.f32().abs()),
                     _ => {}
                 }
             }
@@ -88,7 +89,7 @@ fn weight_row(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
 }
 
 /// The weight types with a tile kernel somewhere.
-const TYPES: [DType; 13] = [
+const TYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -102,6 +103,8 @@ const TYPES: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// The activations of `acts` in type `yt` (the dot type, or f32).

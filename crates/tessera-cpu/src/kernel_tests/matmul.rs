@@ -413,6 +413,16 @@ fn q5_k_weights() {
 }
 
 #[test]
+fn iq4_nl_weights() {
+    all_shapes(DType::IQ4NL, 14);
+}
+
+#[test]
+fn iq4_xs_weights() {
+    all_shapes(DType::IQ4XS, 15);
+}
+
+#[test]
 fn every_weight_type_is_supported() {
     for t in MUL_MAT_WEIGHT_TYPES {
         let a = Layout::contiguous(t, &[256, 4, 2]).unwrap();

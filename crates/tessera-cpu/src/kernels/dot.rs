@@ -6,7 +6,8 @@
 //! as in ggml's `type_traits_cpu[type].vec_dot`. Both rows are byte slices
 //! in ggml's block layout, so the functions make no alignment assumption and
 //! need no `unsafe` in the portable path; the AVX2 paths live in
-//! [`super::dot_avx2`] (and [`super::gemv_avx2_q5`] for Q4_1, Q5_0, Q5_1)
+//! [`super::dot_avx2`] (and [`super::gemv_avx2_q5`] for Q4_1, Q5_0, Q5_1,
+//! [`super::gemv_avx2_iq4`] for IQ4_NL, IQ4_XS)
 //! and are only handed out after the CPU was checked.
 //!
 //! The SIMD paths also have *tiles* ([`TileFn`], [`tile_fn`]): several
@@ -145,7 +146,10 @@ pub fn vec_dot_type(weights: DType) -> Option<DType> {
         DType::BF16 => Some(DType::BF16),
         DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => Some(DType::Q8_0),
         DType::Q4_1 | DType::Q5_1 => Some(DType::Q8_1),
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => Some(DType::Q8K),
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => {
+            Some(DType::Q8K)
+        }
+        DType::IQ4NL => Some(DType::Q8_0),
         DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => None,
     }
 }
@@ -157,6 +161,7 @@ pub fn dot_fn(weights: DType, isa: Isa) -> Option<DotFn> {
         && let Some(f) = super::dot_avx2::dot_fn(weights)
             .or_else(|| super::gemv_avx2_q5::dot_fn(weights))
             .or_else(|| super::gemv_avx2_k::dot_fn(weights))
+            .or_else(|| super::gemv_avx2_iq4::dot_fn(weights))
     {
         return Some(f);
     }
@@ -170,7 +175,8 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
         return super::gemv_avx512::tile_fn(weights, isa)
             .or_else(|| super::gemv_avx2::tile_fn(weights))
             .or_else(|| super::gemv_avx2_q5::tile_fn(weights))
-            .or_else(|| super::gemv_avx2_k::tile_fn(weights));
+            .or_else(|| super::gemv_avx2_k::tile_fn(weights))
+            .or_else(|| super::gemv_avx2_iq4::tile_fn(weights));
     }
     None
 }
@@ -205,7 +211,8 @@ pub fn tile_kernels(weights: DType, f32_act: bool) -> Vec<(&'static str, TileFn)
         (
             super::gemv_avx2::tile_fn(weights)
                 .or_else(|| super::gemv_avx2_q5::tile_fn(weights))
-                .or_else(|| super::gemv_avx2_k::tile_fn(weights)),
+                .or_else(|| super::gemv_avx2_k::tile_fn(weights))
+                .or_else(|| super::gemv_avx2_iq4::tile_fn(weights)),
             super::gemv_avx512::tile_fn(weights, Isa::Avx512),
         )
     };
@@ -230,6 +237,8 @@ pub fn scalar_dot_fn(weights: DType) -> Option<DotFn> {
         DType::Q4K => dot_quant::dot_q4_k_q8_k,
         DType::Q5K => super::dot_kquant::dot_q5_k_q8_k,
         DType::Q6K => dot_quant::dot_q6_k_q8_k,
+        DType::IQ4NL => super::dot_iq4::dot_iq4_nl_q8_0,
+        DType::IQ4XS => super::dot_iq4::dot_iq4_xs_q8_k,
         DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })
 }

@@ -92,7 +92,13 @@ pub const fn elem_align(dtype: DType) -> usize {
         DType::F16 | DType::BF16 => 2,
         // Blocks start with f16 scales; Q8_K with an f32 scale.
         DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 2,
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => 2,
+        DType::Q2K
+        | DType::Q3K
+        | DType::Q4K
+        | DType::Q5K
+        | DType::Q6K
+        | DType::IQ4NL
+        | DType::IQ4XS => 2,
         DType::Q8K => 4,
     }
 }

@@ -198,6 +198,8 @@ pub(crate) mod imp {
             DType::Q4_0 => deq_q4_0,
             DType::Q4K => deq_q4k,
             DType::Q6K => deq_q6k,
+            DType::IQ4NL => deq_iq4nl,
+            DType::IQ4XS => deq_iq4xs,
             // No AVX2 body: the reference converter (never `None`, which
             // would mean "f32, read in place").
             DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q2K | DType::Q3K | DType::Q5K => {
@@ -298,6 +300,69 @@ pub(crate) mod imp {
                 {
                     let w = _mm256_sub_epi32(_mm256_cvtepu8_epi32(v), eight);
                     _mm256_storeu_ps(o.add(8 * i), _mm256_mul_ps(_mm256_cvtepi32_ps(w), d));
+                }
+            }
+        }
+    }
+
+    /// `d * kvalues_iq4nl[q]` for the 32 indices of the 16 bytes at `q`
+    /// (low nibbles first), into `o[0..32]`: the host's product, so the
+    /// same bits.
+    ///
+    /// # Safety
+    /// 16 readable bytes at `q`, 32 writable f32 at `o`; AVX2 present.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn deq_iq4_32(q: *const u8, d: __m256, o: *mut f32) {
+        // SAFETY: the table is 16 bytes; the caller guarantees `q` and `o`.
+        unsafe {
+            let lut = _mm_loadu_si128(tessera::quant::KVALUES_IQ4NL.as_ptr().cast());
+            let mask = _mm_set1_epi8(0x0F);
+            let q = _mm_loadu_si128(q.cast());
+            let lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, mask));
+            let hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16::<4>(q), mask));
+            for (i, v) in [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+                .into_iter()
+                .enumerate()
+            {
+                let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                _mm256_storeu_ps(o.add(8 * i), _mm256_mul_ps(d, w));
+            }
+        }
+    }
+
+    /// # Safety
+    /// See [`DequantFn`]; AVX2 present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn deq_iq4nl(src: *const u8, blk0: usize, nblk: usize, out: *mut f32) {
+        for b in 0..nblk {
+            // SAFETY: block blk0 + b (18 bytes) is in the row; 32 outputs.
+            unsafe {
+                let x = src.add((blk0 + b) * 18);
+                deq_iq4_32(x.add(2), _mm256_set1_ps(f16_at(x)), out.add(32 * b));
+            }
+        }
+    }
+
+    /// # Safety
+    /// See [`DequantFn`]; AVX2 present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn deq_iq4xs(src: *const u8, blk0: usize, nblk: usize, out: *mut f32) {
+        for b in 0..nblk {
+            // SAFETY: block blk0 + b (136 bytes) is in the row; 256 outputs.
+            unsafe {
+                let x = src.add((blk0 + b) * 136);
+                let d = f16_at(x);
+                let h = u32::from(u16::from_le_bytes(x.add(2).cast::<[u8; 2]>().read()));
+                let sl = u32::from_le_bytes(x.add(4).cast::<[u8; 4]>().read());
+                for ib in 0..8 {
+                    let ls = ((sl >> (4 * ib)) & 0xF) | (((h >> (2 * ib)) & 3) << 4);
+                    let dl = d * (ls as i32 - 32) as f32;
+                    deq_iq4_32(
+                        x.add(8 + 16 * ib),
+                        _mm256_set1_ps(dl),
+                        out.add(256 * b + 32 * ib),
+                    );
                 }
             }
         }

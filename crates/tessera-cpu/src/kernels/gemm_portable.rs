@@ -75,6 +75,8 @@ pub(super) fn dequant(t: DType) -> Option<DequantFn> {
         DType::Q4K => to_f32_q4k,
         DType::Q5K => to_f32_q5k,
         DType::Q6K => to_f32_q6k,
+        DType::IQ4NL => to_f32_iq4nl,
+        DType::IQ4XS => to_f32_iq4xs,
         DType::F32 | DType::Q8_1 | DType::Q8K | DType::I32 | DType::I64 => return None,
     })
 }
@@ -113,3 +115,5 @@ to_f32!(to_f32_q3k, DType::Q3K);
 to_f32!(to_f32_q4k, DType::Q4K);
 to_f32!(to_f32_q5k, DType::Q5K);
 to_f32!(to_f32_q6k, DType::Q6K);
+to_f32!(to_f32_iq4nl, DType::IQ4NL);
+to_f32!(to_f32_iq4xs, DType::IQ4XS);

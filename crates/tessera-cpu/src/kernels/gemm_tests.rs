@@ -191,6 +191,8 @@ fn dequantizers_match_the_reference() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
     for (name, ks) in sets() {
         assert!(
@@ -423,6 +425,8 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::Q4_1, 256, 17, 12, [1, 1], [1, 1], &mut rng);
     driver_case(DType::Q5_1, 320, 9, 11, [2, 1], [1, 1], &mut rng);
     driver_case(DType::Q8_0, 320, 18, 30, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::IQ4NL, 288, 21, 13, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::IQ4XS, 512, 19, 11, [1, 1], [1, 2], &mut rng);
     // k = 0: the output is zeros.
     driver_case(DType::F32, 0, 6, 5, [1, 1], [1, 1], &mut rng);
 }

@@ -6,7 +6,8 @@
 use proptest::prelude::*;
 use tessera::dtype::ALL_DTYPES;
 use tessera::quant::{
-    self, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8K,
+    self, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4K, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8K,
 };
 use tessera::{DType, Layout, MAX_DIMS};
 
@@ -185,6 +186,8 @@ fn quant_cases() -> Vec<Case> {
                 both!(BlockQ5K, quant::QK_K);
                 both!(BlockQ6K, quant::QK_K);
                 both!(BlockQ8K, quant::QK_K);
+                both!(BlockIQ4NL, quant::QK4_NL);
+                both!(BlockIQ4XS, quant::QK_K);
                 let _ = r;
                 Ok(())
             },

@@ -451,6 +451,8 @@ fn odd_quant_cases(p: &DeviceProvider, cases: &mut Vec<Case>) {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
     let ops = [
         "cpy f32->q",

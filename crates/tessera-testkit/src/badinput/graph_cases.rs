@@ -152,7 +152,7 @@ impl Spec {
 pub(super) fn pool() -> tessera::Result<(Graph, Vec<TensorId>, Graph)> {
     let mut g = Graph::new();
     let mut ids = Vec::new();
-    let shapes: [(DType, &[usize]); 22] = [
+    let shapes: [(DType, &[usize]); 24] = [
         (DType::F32, &[8, 4, 2]),
         (DType::F32, &[8]),
         (DType::F32, &[4, 8]),
@@ -172,6 +172,8 @@ pub(super) fn pool() -> tessera::Result<(Graph, Vec<TensorId>, Graph)> {
         (DType::Q8_0, &[32, 3, 2]),
         (DType::Q4K, &[256, 2]),
         (DType::Q6K, &[256]),
+        (DType::IQ4NL, &[32, 2]),
+        (DType::IQ4XS, &[256]),
         (DType::Q8K, &[256]),
         (DType::F32, &[32, 4, 2, 2]),
         (DType::F16, &[32, 6, 2, 2]),

@@ -7,7 +7,7 @@ use tessera::{DType, Result};
 use super::{Case, CaseGraph, fmt_ne, fmt_perm, permuted_leaf};
 
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-const QUANTS: [DType; 10] = [
+const QUANTS: [DType; 12] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
@@ -18,6 +18,8 @@ const QUANTS: [DType; 10] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 const SWAP12: Option<[usize; 4]> = Some([0, 2, 1, 3]);
 const ROTATE: Option<[usize; 4]> = Some([1, 2, 0, 3]);

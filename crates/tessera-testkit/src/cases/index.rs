@@ -6,7 +6,7 @@ use tessera::DType;
 
 use super::{Case, CaseGraph, Init, fmt_ne, fmt_perm, permuted_leaf};
 
-const ROW_TYPES: [DType; 14] = [
+const ROW_TYPES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -20,6 +20,8 @@ const ROW_TYPES: [DType; 14] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
     DType::I32,
 ];
 

@@ -53,6 +53,10 @@ pub(super) fn cases(v: &mut Vec<Case>) {
         ];
         // Larger than one 16 x 16 tile in both directions, several blocks per row.
         shapes.push(shape(67, 33, 4 * k, [1, 1], [1, 1]));
+        if matches!(t, DType::IQ4NL | DType::IQ4XS) {
+            // Enough columns for the CPU's packed GEMM (40 and more).
+            shapes.push(shape(19, 45, 2 * k, [1, 1], [1, 1]));
+        }
         if !t.is_quantized() {
             shapes.push(shape(5, 3, 33, [1, 1], [1, 1]));
             shapes.push(shape(3, 2, 129, [1, 2], [3, 1]));

@@ -47,6 +47,13 @@ fn nofma(x: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(x) ^ P.off2.z);
 }
 
+// ggml's kvalues_iq4nl: the value a 4-bit IQ4_NL / IQ4_XS index stands for.
+fn kvalue_iq4nl(i: u32) -> f32 {
+    var t = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+        1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+    return t[i & 15u];
+}
+
 fn f16_to_f32(h: u32) -> f32 {
     let s = (h & 0x8000u) << 16u;
     let e = (h >> 10u) & 0x1fu;

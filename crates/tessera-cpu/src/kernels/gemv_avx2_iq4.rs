@@ -1,0 +1,315 @@
+//! AVX2 dot products and tiles for IQ4_NL (x Q8_0) and IQ4_XS (x Q8_K)
+//! weights (see [`super::gemv_avx2`] for the tile contract and
+//! [`super::dot_iq4`] for the layouts and the portable versions).
+//!
+//! As in ggml's AVX2 kernels, the 32 indices of a (sub-)block are looked up
+//! in `kvalues_iq4nl` with one `vpshufb` (the table in both lanes), giving
+//! signed bytes `w`; `maddubs(|w|, sign(y, w))` multiplies them with the
+//! signed activations (pairs of at most 2 * 127 * 127 = 32258: no
+//! saturation) and `madd` widens to exact 32-bit sums: by ones for IQ4_NL
+//! (scaled by `dx * dy` per block in f32), by the sub-block scale
+//! `ls - 32` for IQ4_XS (exact in 32 bits over a super-block, scaled by
+//! `dx * dy` once per super-block). The one-row dot products are the 1 x 1
+//! tile.
+//!
+//! [`dot_fn`] and [`tile_fn`] hand the kernels out only on CPUs with AVX2,
+//! FMA and F16C.
+
+use tessera::DType;
+
+use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+
+/// The AVX2 one-row dot product of `weights`, if this module has one and
+/// the CPU has AVX2, FMA and F16C.
+pub fn dot_fn(weights: DType) -> Option<DotFn> {
+    imp::dot_fn(weights)
+}
+
+/// The AVX2 tile of `weights`, if this module has one and the CPU has AVX2,
+/// FMA and F16C.
+pub fn tile_fn(weights: DType) -> Option<TileFn> {
+    imp::tile_fn(weights)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use super::*;
+
+    pub fn dot_fn(_weights: DType) -> Option<DotFn> {
+        None
+    }
+    pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use std::arch::x86_64::*;
+
+    use tessera::quant::KVALUES_IQ4NL;
+
+    use super::*;
+    use crate::isa::Isa;
+    use crate::kernels::gemv_avx2::imp::{f16_at, hsums};
+    use crate::kernels::gemv_avx2_q8::prefetch;
+
+    /// The kinds of weights (`K`).
+    const NL: usize = 0;
+    const XS: usize = 1;
+
+    /// `(weight block bytes, activation block bytes)` of kind `K`.
+    const fn layout(k: usize) -> (usize, usize) {
+        match k {
+            NL => (18, 34),
+            _ => (136, 292),
+        }
+    }
+
+    pub fn dot_fn(weights: DType) -> Option<DotFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::IQ4NL => nl_dot,
+            DType::IQ4XS => xs_dot,
+            _ => return None,
+        })
+    }
+
+    pub fn tile_fn(weights: DType) -> Option<TileFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::IQ4NL => nl_tile,
+            DType::IQ4XS => xs_tile,
+            _ => return None,
+        })
+    }
+
+    /// Safe one-row dot product and tile wrappers of kind `$k`.
+    macro_rules! wrappers {
+        ($dot:ident, $tile:ident, $k:expr) => {
+            fn $dot(x: &[u8], y: &[u8]) -> f32 {
+                let (xb, yb) = layout($k);
+                let nb = (x.len() / xb).min(y.len() / yb);
+                // SAFETY: both rows hold `nb` whole blocks; `dot_fn` hands
+                // this wrapper out only after checking AVX2, FMA and F16C.
+                unsafe { tile::<{ $k }, 1, 1>([x.as_ptr()], [y.as_ptr()], nb)[0][0] }
+            }
+
+            fn $tile(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
+                let (xb, yb) = layout($k);
+                crate::kernels::dot::for_each_subtile(
+                    xs,
+                    ys,
+                    out,
+                    (xb, yb),
+                    |cols| if cols == 1 { (4, 1) } else { (4, 2) },
+                    |xc, yc, o, off, n| {
+                        macro_rules! call {
+                            ($r:literal, $c:literal) => {{
+                                let xp: [*const u8; $r] = std::array::from_fn(|i| xc[i].as_ptr());
+                                let yp: [*const u8; $c] = std::array::from_fn(|i| yc[i].as_ptr());
+                                // SAFETY: `for_each_subtile` passes the number of
+                                // whole blocks of the shortest row; `tile_fn`
+                                // checked the CPU features.
+                                let res = unsafe { tile::<{ $k }, $r, $c>(xp, yp, n) };
+                                for (o, r) in o.iter_mut().zip(res.iter()) {
+                                    if let Some(o) = o.get_mut(off..off + $r) {
+                                        o.copy_from_slice(r);
+                                    }
+                                }
+                            }};
+                        }
+                        match (xc.len(), yc.len()) {
+                            (1, 1) => call!(1, 1),
+                            (2, 1) => call!(2, 1),
+                            (3, 1) => call!(3, 1),
+                            (4, 1) => call!(4, 1),
+                            (1, 2) => call!(1, 2),
+                            (2, 2) => call!(2, 2),
+                            (3, 2) => call!(3, 2),
+                            (4, 2) => call!(4, 2),
+                            _ => {}
+                        }
+                    },
+                );
+            }
+        };
+    }
+    wrappers!(nl_dot, nl_tile, NL);
+    wrappers!(xs_dot, xs_tile, XS);
+
+    /// The table `kvalues_iq4nl` in both 128-bit lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn table() -> __m256i {
+        // SAFETY: 16 readable bytes (the table).
+        let t = unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) };
+        _mm256_set_m128i(t, t)
+    }
+
+    /// The 32 signed values of the 16 index bytes at `p` (values 0..16 from
+    /// the low nibbles, 16..32 from the high ones).
+    ///
+    /// # Safety
+    /// 16 bytes at `p` must be readable.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn values(p: *const u8, lut: __m256i) -> __m256i {
+        // SAFETY: forwarded.
+        let q = unsafe { _mm_loadu_si128(p.cast()) };
+        let idx = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+            _mm256_set1_epi8(0xf),
+        );
+        _mm256_shuffle_epi8(lut, idx)
+    }
+
+    /// Pairwise 16-bit products `w * y` of signed bytes (no saturation:
+    /// `|w|, |y| <= 127`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn mul_pairs(aw: __m256i, w: __m256i, y: __m256i) -> __m256i {
+        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w))
+    }
+
+    /// Weight rows of kind `K` x activation columns: `out[c][r] = dot(xs[r], ys[c])`
+    /// over `nb` blocks.
+    ///
+    /// # Safety
+    /// Every `xs[r]` must hold `nb` weight blocks and every `ys[c]` `nb`
+    /// activation blocks of kind `K`; the CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const K: usize, const R: usize, const C: usize>(
+        xs: [*const u8; R],
+        ys: [*const u8; C],
+        nb: usize,
+    ) -> [[f32; R]; C] {
+        let (xb, yb) = layout(K);
+        let lut = table();
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let mut acc2 = [[_mm256_setzero_ps(); R]; C];
+        if K == NL {
+            // Small tiles alternate two accumulator sets by block (the
+            // one-row product would otherwise wait on one FMA chain).
+            let pair = R * C <= 2;
+            let mut b = 0;
+            while b < nb {
+                if b % 8 == 0 {
+                    for x in xs {
+                        prefetch(x.wrapping_add(b * xb), 8 * xb + 63);
+                    }
+                }
+                // SAFETY: block b < nb of every row and column.
+                unsafe { nl_block::<R, C>(&xs, &ys, b, lut, ones, &mut acc) };
+                if pair && b + 1 < nb {
+                    // SAFETY: block b + 1 < nb likewise.
+                    unsafe { nl_block::<R, C>(&xs, &ys, b + 1, lut, ones, &mut acc2) };
+                    b += 2;
+                } else {
+                    b += 1;
+                }
+            }
+        }
+        for b in (0..nb).filter(|_| K == XS) {
+            for x in xs {
+                prefetch(x.wrapping_add(b * xb), xb + 63);
+            }
+            {
+                let mut dy = [0f32; C];
+                for c in 0..C {
+                    // SAFETY: block b < nb of column c: the f32 scale at 0.
+                    dy[c] = unsafe { ys[c].add(b * yb).cast::<f32>().read_unaligned() };
+                }
+                for r in 0..R {
+                    // SAFETY: super-block b < nb of row r (136 bytes).
+                    let (p, dx, h, sl) = unsafe {
+                        let p = xs[r].add(b * xb);
+                        (
+                            p,
+                            f16_at(p),
+                            p.add(2).cast::<u16>().read_unaligned(),
+                            p.add(4).cast::<u32>().read_unaligned(),
+                        )
+                    };
+                    let mut isum = [_mm256_setzero_si256(); C];
+                    for ib in 0..8 {
+                        let ls = (((sl >> (4 * ib)) & 0xf) | ((u32::from(h) >> (2 * ib)) & 3) << 4)
+                            as i16
+                            - 32;
+                        let scale = _mm256_set1_epi16(ls);
+                        // SAFETY: sub-block ib's 16 index bytes at 8 + 16 ib.
+                        let w = unsafe { values(p.add(8 + 16 * ib), lut) };
+                        let aw = _mm256_sign_epi8(w, w);
+                        for c in 0..C {
+                            // SAFETY: 32 quants of sub-block ib at 4 + 32 ib
+                            // of block b of column c.
+                            let y = unsafe {
+                                _mm256_loadu_si256(ys[c].add(b * yb + 4 + 32 * ib).cast())
+                            };
+                            let pr = mul_pairs(aw, w, y);
+                            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, scale));
+                        }
+                    }
+                    for c in 0..C {
+                        let s = _mm256_cvtepi32_ps(isum[c]);
+                        acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
+                    }
+                }
+            }
+        }
+        if R * C <= 2 {
+            for (a, a2) in acc.iter_mut().zip(&acc2) {
+                for (a, &a2) in a.iter_mut().zip(a2) {
+                    *a = _mm256_add_ps(*a, a2);
+                }
+            }
+        }
+        hsums(&acc)
+    }
+
+    /// One IQ4_NL block `b` of every row against every column, into `acc`.
+    ///
+    /// # Safety
+    /// As [`tile`]: block `b` of every row and column is readable; AVX2,
+    /// FMA and F16C present.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn nl_block<const R: usize, const C: usize>(
+        xs: &[*const u8; R],
+        ys: &[*const u8; C],
+        b: usize,
+        lut: __m256i,
+        ones: __m256i,
+        acc: &mut [[__m256; R]; C],
+    ) {
+        let (xb, yb) = layout(NL);
+        let mut y = [_mm256_setzero_si256(); C];
+        let mut dy = [0f32; C];
+        for c in 0..C {
+            // SAFETY: block b of column c: the f16 scale at 0, 32 quants at 2.
+            unsafe {
+                let p = ys[c].add(b * yb);
+                y[c] = _mm256_loadu_si256(p.add(2).cast());
+                dy[c] = f16_at(p);
+            }
+        }
+        for r in 0..R {
+            // SAFETY: block b of row r: the scale at 0, 16 index bytes at 2.
+            let (w, dx) = unsafe {
+                let p = xs[r].add(b * xb);
+                (values(p.add(2), lut), f16_at(p))
+            };
+            let aw = _mm256_sign_epi8(w, w);
+            for c in 0..C {
+                let p = mul_pairs(aw, w, y[c]);
+                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
+            }
+        }
+    }
+}
