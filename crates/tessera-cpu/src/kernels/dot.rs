@@ -134,6 +134,7 @@ pub fn gemv_fn(weights: DType, isa: Isa, f32_act: bool) -> Option<GemvFn> {
     super::gemv_avx2::gemv_fn(weights)
         .or_else(|| super::gemv_avx2_q5::gemv_fn(weights))
         .or_else(|| super::gemv_avx2_k::gemv_fn(weights))
+        .or_else(|| super::gemv_avx2_iq4::gemv_fn(weights))
 }
 
 /// The type activations are converted to before being dotted with rows of

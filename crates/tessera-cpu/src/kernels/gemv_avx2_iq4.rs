@@ -17,7 +17,7 @@
 
 use tessera::DType;
 
-use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
+use super::dot::{DotFn, GemvFn, TILE_COLS, TILE_ROWS, TileFn};
 
 /// The AVX2 one-row dot product of `weights`, if this module has one and
 /// the CPU has AVX2, FMA and F16C.
@@ -31,6 +31,12 @@ pub fn tile_fn(weights: DType) -> Option<TileFn> {
     imp::tile_fn(weights)
 }
 
+/// The AVX2 many-row product of `weights` ([`GemvFn`]), if this module has
+/// one and the CPU has AVX2, FMA and F16C.
+pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+    imp::gemv_fn(weights)
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::*;
@@ -39,6 +45,10 @@ mod imp {
         None
     }
     pub fn tile_fn(_weights: DType) -> Option<TileFn> {
+        None
+    }
+
+    pub fn gemv_fn(_weights: DType) -> Option<GemvFn> {
         None
     }
 }
@@ -87,6 +97,40 @@ mod imp {
             _ => return None,
         })
     }
+
+    pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(match weights {
+            DType::IQ4NL => nl_gemv,
+            DType::IQ4XS => xs_gemv,
+            _ => return None,
+        })
+    }
+
+    /// The safe many-row product of kind `$k`, four rows per call.
+    macro_rules! gemv_wrapper {
+        ($gemv:ident, $k:expr) => {
+            fn $gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+                let yp = [y.as_ptr()];
+                crate::kernels::dot::gemv_rows::<4>(
+                    a,
+                    stride,
+                    y,
+                    out,
+                    layout($k),
+                    // SAFETY: `gemv_rows` passes rows of `n` whole blocks,
+                    // and `y` holds `n` blocks; `gemv_fn` checked the CPU.
+                    |xp, n| unsafe { tile::<{ $k }, 4, 1>(xp, yp, n)[0] },
+                    // SAFETY: as above.
+                    |x, n| unsafe { tile::<{ $k }, 1, 1>([x], yp, n)[0][0] },
+                );
+            }
+        };
+    }
+    gemv_wrapper!(nl_gemv, NL);
+    gemv_wrapper!(xs_gemv, XS);
 
     /// Safe one-row dot product and tile wrappers of kind `$k`.
     macro_rules! wrappers {
