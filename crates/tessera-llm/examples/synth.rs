@@ -1,6 +1,7 @@
 //! Write a synthetic model: `synth ARCH WTYPE VOCAB.gguf OUT.gguf [SHAPE]`
 //! (the cross-check script runs it through llama.cpp and Tessera). SHAPE:
-//! `small` (default) or `llama-3.2-1b` (the benchmark files; ARCH llama).
+//! `small` (default), `llama-3.2-1b` (the benchmark files; ARCH llama) or
+//! `rows-256` (one layer of 256-wide rows: files for every weight type).
 
 use tessera::DType;
 use tessera_llm::Arch;
@@ -9,7 +10,9 @@ use tessera_llm::synthetic::{SyntheticSpec, write};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 && a.len() != 6 {
-        return Err("usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf [small|llama-3.2-1b]".into());
+        return Err(
+            "usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf [small|llama-3.2-1b|rows-256]".into(),
+        );
     }
     let arch = Arch::from_name(&a[1])?;
     let wtype = DType::from_name(&a[2])?;
@@ -17,6 +20,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = match a.get(5).map(String::as_str) {
         None | Some("small") => SyntheticSpec::small(arch, wtype),
         Some("llama-3.2-1b") => SyntheticSpec::llama_3_2_1b(wtype),
+        // Rows of 256 and 512 values: every K- and IQ4 type applies
+        // (scripts/gguf-dequant-check/make-quant-files.sh).
+        Some("rows-256") => SyntheticSpec {
+            n_embd: 256,
+            n_layer: 1,
+            n_ff: 512,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            ..SyntheticSpec::small(arch, wtype)
+        },
         Some(other) => return Err(format!("unknown shape {other}").into()),
     };
     write(&spec, &vocab)?.write_file(&a[4])?;

@@ -169,6 +169,11 @@ mod tests {
 
     use super::*;
 
+    /// These tests open error scopes on the shared device and one raises an
+    /// error outside any scope: run concurrently, a scope of one test caught
+    /// the other's error (seen once in a full run). They take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn device() -> Option<Arc<crate::WgpuDevice>> {
         let d = crate::family().wgpu_devices().into_iter().next();
         if d.is_none() {
@@ -183,6 +188,7 @@ mod tests {
 
     #[test]
     fn a_wgsl_error_is_an_error_not_a_panic() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let Some(dev) = device() else { return };
         let core = dev.core();
         let key = KernelKey {
@@ -218,6 +224,7 @@ mod tests {
 
     #[test]
     fn validation_errors_are_captured() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let Some(dev) = device() else { return };
         let core = dev.core();
         // MAP_READ with STORAGE is invalid in WebGPU.

@@ -530,10 +530,13 @@ fn unsupported_operands_are_refused() {
     let m = Layout::contiguous(DType::F16, &[10, 8]).unwrap();
     assert!(flash_attn_supported(&q, &k, &v, Some(&m)));
     assert!(flash_attn_supported(&q, &k, &v, None));
-    // Quantized K, f16 q, mismatched head size, heads not a multiple, short mask, f32 mask.
+    // A Q8_0 cache is read; other quantized K, f16 q, mismatched head
+    // size, heads not a multiple, short mask, f32 mask are not.
+    let q8 = Layout::contiguous(DType::Q8_0, &[64, 10, 2]).unwrap();
+    assert!(flash_attn_supported(&q, &q8, &q8, Some(&m)));
     assert!(!flash_attn_supported(
         &q,
-        &Layout::contiguous(DType::Q8_0, &[64, 10, 2]).unwrap(),
+        &Layout::contiguous(DType::Q4_0, &[64, 10, 2]).unwrap(),
         &v,
         None
     ));
