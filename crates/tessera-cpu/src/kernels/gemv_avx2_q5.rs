@@ -117,13 +117,13 @@ mod imp {
         })
     }
 
-    /// The safe many-row product of kind `$k`, four rows per call.
+    /// The safe many-row product of kind `$k`, one row per call.
     macro_rules! gemv_wrapper {
         ($gemv:ident, $k:expr) => {
             fn $gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
                 let (xb, .., yb, _) = layout($k);
                 let yp = [y.as_ptr()];
-                crate::kernels::dot::gemv_rows::<4>(
+                crate::kernels::dot::gemv_rows::<1>(
                     a,
                     stride,
                     y,
@@ -131,7 +131,7 @@ mod imp {
                     (xb, yb),
                     // SAFETY: `gemv_rows` passes rows of `n` whole blocks,
                     // and `y` holds `n` blocks; `gemv_fn` checked the CPU.
-                    |xp, n| unsafe { tile::<{ $k }, 4, 1>(xp, yp, n)[0] },
+                    |xp, n| unsafe { tile::<{ $k }, 1, 1>(xp, yp, n)[0] },
                     // SAFETY: as above.
                     |x, n| unsafe { tile::<{ $k }, 1, 1>([x], yp, n)[0][0] },
                 );
