@@ -435,20 +435,15 @@ impl<'s> Plan<'s> {
         // ratios), so this is a matrix of `a`.
         let a0 = unsafe { self.a.row(0, i12 / self.r2, i13 / self.r3) };
         let nb01 = self.a.nb(1);
-        // SAFETY: rows below ne01 of a matrix of `a`; each row is `a_row`
-        // contiguous bytes.
-        let row_at =
-            |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+        // SAFETY: a0 is a matrix of `a`; the rows asked for are below ne01.
+        let row_at = |row: usize| unsafe { self.weight_rows(a0, row..row + 1) };
         if let Some(gemv) = self.gemv {
             let mut out = [0f32; GEMV_ROWS];
             let mut r0 = rows.start;
             while r0 < rows.end {
                 let nr = (rows.end - r0).min(GEMV_ROWS);
-                // SAFETY: rows r0..r0 + nr of the matrix, `nb01` bytes
-                // apart, the last one `a_row` bytes long.
-                let a = unsafe {
-                    std::slice::from_raw_parts(a0.add(r0 * nb01), (nr - 1) * nb01 + self.a_row)
-                };
+                // SAFETY: as for `row_at`: rows r0..r0 + nr < ne01.
+                let a = unsafe { self.weight_rows(a0, r0..r0 + nr) };
                 gemv(a, nb01, y, &mut out[..nr]);
                 out[..nr]
                     .iter()
@@ -494,11 +489,8 @@ impl<'s> Plan<'s> {
         ys: &[&[u8]],
         out: &mut [[f32; BLOCK_M]; BLOCK_N],
     ) {
-        let nb01 = self.a.nb(1);
-        // SAFETY: the caller passes rows below ne01 of a matrix of `a`; each
-        // row is `a_row` contiguous bytes.
-        let row_at =
-            |row: usize| unsafe { std::slice::from_raw_parts(a0.add(row * nb01), self.a_row) };
+        // SAFETY: the caller passes rows below ne01 of a matrix of `a`.
+        let row_at = |row: usize| unsafe { self.weight_rows(a0, row..row + 1) };
         let Some(tile) = self.tile else {
             for (r, row) in rows.enumerate() {
                 let x = row_at(row);
@@ -556,6 +548,20 @@ impl<'s> Plan<'s> {
             }
             r0 += nr;
         }
+    }
+
+    /// Weight rows `rows` (not empty) of the matrix at `a0` as one slice:
+    /// `nb01` bytes apart, the last one `a_row` bytes long.
+    ///
+    /// # Safety
+    /// `a0` is a matrix of `a` (`a.row(0, i2, i3)` in range) and
+    /// `rows.end <= ne01`; rows are `a_row` contiguous bytes (checked in
+    /// `new`).
+    unsafe fn weight_rows(&self, a0: *mut u8, rows: Range<usize>) -> &[u8] {
+        let nb01 = self.a.nb(1);
+        let len = (rows.len().max(1) - 1) * nb01 + self.a_row;
+        // SAFETY: forwarded to the caller: the rows lie in `a`'s memory.
+        unsafe { std::slice::from_raw_parts(a0.add(rows.start * nb01), len) }
     }
 
     /// The (converted or in-place) activations of flat column `j`.
