@@ -41,6 +41,10 @@ pub struct ChatArgs {
     /// KV cache type: f16, f32 or q8_0.
     #[arg(long, default_value = "f16")]
     pub kv_type: String,
+    /// Full-size caches for sliding-window layers (default: rings of the
+    /// window plus a batch, as llama.cpp; this is its `--swa-full`).
+    #[arg(long)]
+    pub swa_full: bool,
 }
 
 /// Run `tessera chat`.
@@ -54,6 +58,7 @@ pub fn run(args: &ChatArgs) -> Result<ExitCode> {
     let options = SessionOptions {
         n_ctx,
         kv_type: DType::from_name(&args.kv_type)?,
+        swa_full: args.swa_full,
         ..SessionOptions::default()
     };
     let (map, plan) = llm::place(&args.model, &file, &devs, &options)?;

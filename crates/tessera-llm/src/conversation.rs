@@ -75,9 +75,10 @@ impl Conversation {
             .take_while(|(a, b)| a == b)
             .count()
             .min(full.len() - 1);
-        session.truncate(common);
-        self.held.truncate(common);
-        Ok(full[common..].to_vec())
+        // A sliding-window ring may keep fewer (none).
+        let kept = session.truncate(common);
+        self.held.truncate(kept);
+        Ok(full[kept..].to_vec())
     }
 
     /// Record the assistant's reply: the `prompt` tokens and `generated`

@@ -44,8 +44,12 @@ pub struct DecoderGraph {
     pub slots: TensorId,
     /// F16 causal mask `[n_kv, n_tokens]`.
     pub mask: TensorId,
-    /// F16 sliding-window mask, for architectures with one.
+    /// F16 sliding-window mask `[n_kv_swa, n_tokens]`, for architectures
+    /// with one (`n_kv_swa`: `n_kv`, at most the ring's slots).
     pub mask_swa: Option<TensorId>,
+    /// I64 slots of the sliding-window rings written `[n_tokens]`, when
+    /// the rings are shorter than the context.
+    pub slots_swa: Option<TensorId>,
     /// I32 rows whose logits are kept (`[1]`, the last token), when not all.
     pub out_ids: Option<TensorId>,
     /// F32 logits `[n_vocab, n_out]`.
@@ -247,8 +251,17 @@ pub fn build(
     let positions = b.g.input("positions", DType::I32, &[t])?;
     let slots = b.g.input("kv_slots", DType::I64, &[t])?;
     let mask = b.g.input("kq_mask", DType::F16, &[shape.n_kv, t])?;
+    // Sliding-window layers attend to the first `n_kv_swa` slots of their
+    // rings (all of them once the sequence is longer), written at
+    // `kv_slots_swa` (positions modulo the ring).
+    let n_kv_swa = shape.n_kv.min(cache.n_slots_swa());
     let mask_swa = if p.sliding_window > 0 {
-        Some(b.g.input("kq_mask_swa", DType::F16, &[shape.n_kv, t])?)
+        Some(b.g.input("kq_mask_swa", DType::F16, &[n_kv_swa, t])?)
+    } else {
+        None
+    };
+    let slots_swa = if p.sliding_window > 0 && cache.swa_ring() {
+        Some(b.g.input("kv_slots_swa", DType::I64, &[t])?)
     } else {
         None
     };
@@ -306,19 +319,23 @@ pub fn build(
         let cv_id = b.leaf(&format!("cache_v.{il}"), cv.clone())?;
         let k2 = b.g.reshape(k, &[hk * p.n_head_kv, t])?;
         let v2 = b.g.reshape(v, &[hv * p.n_head_kv, t])?;
-        let ck_w = b.g.set_rows(ck_id, k2, slots)?;
-        let cv_w = b.g.set_rows(cv_id, v2, slots)?;
+        let (at, n_kv) = match slots_swa {
+            Some(ring) if swa => (ring, n_kv_swa),
+            _ => (slots, shape.n_kv),
+        };
+        let ck_w = b.g.set_rows(ck_id, k2, at)?;
+        let cv_w = b.g.set_rows(cv_id, v2, at)?;
         let (rk, rv) = (cache.dtype().row_size(hk)?, cache.dtype().row_size(hv)?);
         let kview = b.g.view(
             ck_w,
-            [hk, shape.n_kv, p.n_head_kv, 1],
-            [ck.layout().nb[1], rk, ck.layout().nb[1] * shape.n_kv],
+            [hk, n_kv, p.n_head_kv, 1],
+            [ck.layout().nb[1], rk, ck.layout().nb[1] * n_kv],
             0,
         )?;
         let vview = b.g.view(
             cv_w,
-            [hv, shape.n_kv, p.n_head_kv, 1],
-            [cv.layout().nb[1], rv, cv.layout().nb[1] * shape.n_kv],
+            [hv, n_kv, p.n_head_kv, 1],
+            [cv.layout().nb[1], rv, cv.layout().nb[1] * n_kv],
             0,
         )?;
         let qp = b.g.permute(q, [0, 2, 1, 3])?;
@@ -370,6 +387,7 @@ pub fn build(
         slots,
         mask,
         mask_swa,
+        slots_swa,
         out_ids,
         logits,
         binds: b.binds,

@@ -109,7 +109,7 @@ pub fn measure(
     let p = Params::from_gguf(file)?;
     let weights = Weights::plan(file, map)?;
     decoder::check_weights(&p, file, &weights)?;
-    let cache = KvCache::plan(&p, options.kv_type, options.n_ctx, &|il| {
+    let cache = KvCache::plan(&p, options, &|il| {
         map.layer(il)
             .cloned()
             .unwrap_or_else(|_| map.output().clone())

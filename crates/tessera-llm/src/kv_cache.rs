@@ -5,6 +5,16 @@
 //! quantizes for a Q8_0 cache) and read by FLASH_ATTN_EXT.
 //! Slot `i` holds position `i` (one sequence); the number of slots is the
 //! context size rounded up to [`KV_PAD`].
+//!
+//! Sliding-window layers (Gemma 3's five of six) attend to the last
+//! `window` positions only, so their cache is a ring, as llama.cpp's iSWA
+//! cache: `window + n_batch` slots rounded up to [`KV_PAD`] (at most the
+//! full size), position `p` in slot `p % slots`. A batch of at most
+//! `n_batch` tokens overwrites only positions that no query of the batch
+//! can see (`slots >= window + n_batch`). Gemma 3 270M at a context of 4096
+//! keeps 3 of its 18 layers at 4096 slots and 15 at 1024: 27 MiB of F16
+//! cache instead of 72. `SessionOptions::swa_full` keeps full-size rings
+//! (llama.cpp's `--swa-full`).
 
 use std::sync::Arc;
 
@@ -12,6 +22,7 @@ use tessera::alloc::{PlanningType, alloc_tensors};
 use tessera::{Buffer, BufferType, BufferUsage, DType, Error, Layout, Result, Tensor};
 
 use crate::params::Params;
+use crate::session::SessionOptions;
 
 /// Slots attended are rounded up to a multiple of this (as llama.cpp pads
 /// its cache views), so a decoding graph changes once every `KV_PAD` tokens.
@@ -25,30 +36,23 @@ pub const KV_TYPES: [DType; 3] = [DType::F16, DType::F32, DType::Q8_0];
 pub struct KvCache {
     dtype: DType,
     n_slots: usize,
+    /// Slots of the sliding-window layers' rings (`n_slots` when the model
+    /// has none or they are full-size).
+    n_slots_swa: usize,
     layers: Vec<(Tensor, Tensor)>,
     buffers: Vec<Arc<dyn Buffer>>,
 }
 
 impl KvCache {
-    /// Bytes a cache of `n_ctx` positions takes per layer (for planning).
-    pub fn layer_bytes(p: &Params, dtype: DType, n_ctx: usize) -> Result<usize> {
-        let n = padded(n_ctx)?;
-        let k = Layout::contiguous(dtype, &[p.n_embd_k(), n])?;
-        let v = Layout::contiguous(dtype, &[p.n_embd_v(), n])?;
-        k.nbytes()
-            .checked_add(v.nbytes())
-            .ok_or_else(|| Error::Overflow("KV cache size".into()))
-    }
-
-    /// A cache for `n_ctx` positions of type `dtype`; layer `il`'s tensors in
-    /// `buft(il)`, zero-filled.
+    /// The cache of a session with `options` (`n_ctx` positions, elements
+    /// of `kv_type`, sliding-window rings sized for batches of `n_batch`);
+    /// layer `il`'s tensors in `buft(il)`, zero-filled.
     pub fn new(
         p: &Params,
-        dtype: DType,
-        n_ctx: usize,
+        options: &SessionOptions,
         buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<KvCache> {
-        KvCache::with(p, dtype, n_ctx, buft, false)
+        KvCache::with(p, options, buft, false)
     }
 
     /// The cache [`KvCache::new`] would make, in planning buffers
@@ -56,20 +60,19 @@ impl KvCache {
     /// it would take).
     pub fn plan(
         p: &Params,
-        dtype: DType,
-        n_ctx: usize,
+        options: &SessionOptions,
         buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<KvCache> {
-        KvCache::with(p, dtype, n_ctx, buft, true)
+        KvCache::with(p, options, buft, true)
     }
 
     fn with(
         p: &Params,
-        dtype: DType,
-        n_ctx: usize,
+        options: &SessionOptions,
         buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
         planning: bool,
     ) -> Result<KvCache> {
+        let dtype = options.kv_type;
         if !KV_TYPES.contains(&dtype) {
             return Err(Error::unsupported(
                 "tessera-llm",
@@ -86,12 +89,19 @@ impl KvCache {
                 ),
             ));
         }
-        let n_slots = padded(n_ctx)?;
+        let n_slots = padded(options.n_ctx)?;
+        let n_slots_swa = if p.sliding_window == 0 || options.swa_full {
+            n_slots
+        } else {
+            let batch = options.n_batch.min(options.n_ctx);
+            padded(p.sliding_window.saturating_add(batch))?.min(n_slots)
+        };
         let mut layers = Vec::with_capacity(p.n_layer);
         let mut buffers = Vec::new();
         for il in 0..p.n_layer {
-            let k = Layout::contiguous(dtype, &[p.n_embd_k(), n_slots])?;
-            let v = Layout::contiguous(dtype, &[p.n_embd_v(), n_slots])?;
+            let n = if p.is_swa(il) { n_slots_swa } else { n_slots };
+            let k = Layout::contiguous(dtype, &[p.n_embd_k(), n])?;
+            let v = Layout::contiguous(dtype, &[p.n_embd_v(), n])?;
             let set = if planning {
                 alloc_tensors(&PlanningType::wrap(buft(il)), &[k, v], BufferUsage::Any)?
             } else {
@@ -109,6 +119,7 @@ impl KvCache {
         Ok(KvCache {
             dtype,
             n_slots,
+            n_slots_swa,
             layers,
             buffers,
         })
@@ -127,9 +138,21 @@ impl KvCache {
         self.dtype
     }
 
-    /// Slots (positions) it holds.
+    /// Slots (positions) it holds: the context, rounded up to [`KV_PAD`].
     pub fn n_slots(&self) -> usize {
         self.n_slots
+    }
+
+    /// Slots of each sliding-window layer's ring (the last positions it
+    /// holds; [`KvCache::n_slots`] when they are full-size).
+    pub fn n_slots_swa(&self) -> usize {
+        self.n_slots_swa
+    }
+
+    /// Whether the sliding-window rings are shorter than the context, so
+    /// that they wrap around.
+    pub fn swa_ring(&self) -> bool {
+        self.n_slots_swa < self.n_slots
     }
 
     /// Bytes it occupies.

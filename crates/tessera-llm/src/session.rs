@@ -78,6 +78,10 @@ pub struct SessionOptions {
     pub kv_type: DType,
     /// Most tokens per graph when processing a prompt.
     pub n_batch: usize,
+    /// Give sliding-window layers full-size caches instead of rings of
+    /// `window + n_batch` slots (llama.cpp's `--swa-full`: more memory,
+    /// but [`Session::truncate`] can always go back).
+    pub swa_full: bool,
 }
 
 impl Default for SessionOptions {
@@ -86,6 +90,7 @@ impl Default for SessionOptions {
             n_ctx: 4096,
             kv_type: DType::F16,
             n_batch: 512,
+            swa_full: false,
         }
     }
 }
@@ -128,7 +133,7 @@ impl Session {
         for il in 0..p.n_layer {
             bufts.push(model.layer_buffer_type(il)?);
         }
-        let cache = KvCache::new(p, options.kv_type, options.n_ctx, &|il| bufts[il].clone())?;
+        let cache = KvCache::new(p, &options, &|il| bufts[il].clone())?;
         let sched = Scheduler::new(streams, SchedulerOptions::default())?;
         Ok(Session {
             model,
@@ -172,9 +177,20 @@ impl Session {
 
     /// Keep the first `n` positions of the sequence and forget the rest
     /// (llama.cpp's `seq_rm` from `n`): the next tokens go to position `n`.
-    /// Nothing happens when fewer than `n` are held.
-    pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+    /// Returns the positions kept: `n` (or as many as were held), or 0 when
+    /// a sliding-window ring no longer holds the `window` positions before
+    /// `n` (it has been overwritten by the ones after, more than
+    /// `ring - window` of them: the whole sequence must then be evaluated
+    /// again, as llama.cpp does; `SessionOptions::swa_full` avoids it).
+    pub fn truncate(&mut self, n: usize) -> usize {
+        let n = self.n_past.min(n);
+        let p = self.model.params();
+        if self.cache.swa_ring() && self.n_past - n + p.sliding_window > self.cache.n_slots_swa() {
+            self.n_past = 0;
+        } else {
+            self.n_past = n;
+        }
+        self.n_past
     }
 
     /// Evaluate `tokens` after the ones before; the logits of the last one
@@ -238,9 +254,20 @@ impl Session {
             .tensor(g, dg.mask)?
             .write_f32(&mask(self.n_past, t, n_kv, 0))?;
         if let Some(m) = dg.mask_swa {
+            let ring = Ring {
+                slots: self.cache.n_slots_swa(),
+                n_kv: n_kv.min(self.cache.n_slots_swa()),
+                window: p.sliding_window,
+            };
             placement
                 .tensor(g, m)?
-                .write_f32(&mask(self.n_past, t, n_kv, p.sliding_window))?;
+                .write_f32(&ring.mask(self.n_past, t))?;
+            if let Some(rs) = dg.slots_swa {
+                let slots: Vec<i64> = (self.n_past..end)
+                    .map(|x| (x % ring.slots) as i64)
+                    .collect();
+                placement.tensor(g, rs)?.write_slice(&slots)?;
+            }
         }
         if let Some(o) = dg.out_ids {
             placement.tensor(g, o)?.write_slice(&[t as i32 - 1])?;
@@ -306,6 +333,41 @@ impl Session {
     }
 }
 
+/// A sliding-window layer's cache: a ring of `slots` slots (position `q` in
+/// slot `q % slots`), of which the first `n_kv` are attended.
+#[derive(Clone, Copy, Debug)]
+struct Ring {
+    slots: usize,
+    n_kv: usize,
+    window: usize,
+}
+
+impl Ring {
+    /// The mask of a batch of `n_tokens` after `n_past`, once written: slot
+    /// `j` holds the last position `q < n_past + n_tokens` with `q % slots
+    /// == j` (if any), which row `i` (position `p = n_past + i`) sees when
+    /// `q <= p` and `p - q < window`. (When the batch overwrote a position
+    /// a row would see, `q > p` hides the slot, and `slots >= window +
+    /// n_tokens` makes sure the lost position was outside every window.
+    /// After [`Session::truncate`], slots holding positions of the dropped
+    /// tail read as one lap earlier, outside every window, by the check
+    /// there.) Without wrap-around it is [`mask`] with the window.
+    fn mask(&self, n_past: usize, n_tokens: usize) -> Vec<f32> {
+        let end = n_past + n_tokens;
+        let mut m = vec![f32::NEG_INFINITY; self.n_kv * n_tokens];
+        for j in 0..self.n_kv.min(end) {
+            let q = j + (end - 1 - j) / self.slots * self.slots;
+            for i in 0..n_tokens {
+                let p = n_past + i;
+                if q <= p && p - q < self.window {
+                    m[i * self.n_kv + j] = 0.0;
+                }
+            }
+        }
+        m
+    }
+}
+
 /// The attention mask of a batch: row `i` (the token at `n_past + i`) sees
 /// slots `j <= n_past + i`, and with a sliding `window > 0` only those with
 /// `n_past + i - j < window` (llama.cpp's standard sliding window).
@@ -328,6 +390,25 @@ fn mask(n_past: usize, n_tokens: usize, n_kv: usize, window: usize) -> Vec<f32> 
 #[cfg(test)]
 mod tests {
     use super::mask;
+
+    #[test]
+    fn ring_masks_equal_plain_ones_until_they_wrap_then_follow_positions() {
+        use super::Ring;
+        let r = Ring {
+            slots: 8,
+            n_kv: 8,
+            window: 3,
+        };
+        for (n_past, t) in [(0, 5), (2, 3), (3, 5)] {
+            assert_eq!(r.mask(n_past, t), mask(n_past, t, 8, 3), "{n_past} {t}");
+        }
+        // After 10 positions, slot 1 holds position 9, slot 2 position 10
+        // (being written), slot 0 position 8, slot 7 position 7.
+        let m = r.mask(9, 2);
+        let (z, n) = (0.0, f32::NEG_INFINITY);
+        assert_eq!(&m[..8], &[z, z, n, n, n, n, n, z]);
+        assert_eq!(&m[8..], &[z, z, z, n, n, n, n, n]);
+    }
 
     #[test]
     fn masks_are_causal_and_slide() {

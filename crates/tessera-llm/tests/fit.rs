@@ -47,6 +47,7 @@ const OPTIONS: SessionOptions = SessionOptions {
     n_ctx: 256,
     kv_type: tessera::DType::F16,
     n_batch: 64,
+    swa_full: false,
 };
 
 #[test]

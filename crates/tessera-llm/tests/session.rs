@@ -27,21 +27,86 @@ fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
 }
 
 fn session_kv(arch: Arch, n_ctx: usize, n_batch: usize, kv_type: DType) -> Session {
-    tessera_cpu::register();
-    let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
-    let bytes = write(&SyntheticSpec::small(arch, DType::F32), &vocab())
-        .unwrap()
-        .to_bytes()
-        .unwrap();
-    let buft: Arc<dyn BufferType> = cpu.buffer_type();
-    let model = Model::load(GgufFile::from_bytes(bytes).unwrap(), &buft, &mut |_, _| {}).unwrap();
-    let stream = cpu.new_stream(&StreamOptions::new().threads(2)).unwrap();
     let opts = SessionOptions {
         n_ctx,
         n_batch,
         kv_type,
+        swa_full: false,
     };
+    session_of(&SyntheticSpec::small(arch, DType::F32), opts)
+}
+
+fn session_of(spec: &SyntheticSpec, opts: SessionOptions) -> Session {
+    tessera_cpu::register();
+    let cpu: Arc<dyn Device> = Registry::global().device_by_name("cpu").unwrap();
+    let bytes = write(spec, &vocab()).unwrap().to_bytes().unwrap();
+    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let model = Model::load(GgufFile::from_bytes(bytes).unwrap(), &buft, &mut |_, _| {}).unwrap();
+    let stream = cpu.new_stream(&StreamOptions::new().threads(2)).unwrap();
     Session::new(Arc::new(model), vec![stream], opts).unwrap()
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+/// Sliding-window layers keep rings of `window + n_batch` slots (rounded
+/// up to 256): their logits equal those of full-size caches
+/// (`swa_full`) long after the rings wrapped, batch after batch; going back
+/// a little keeps the cache, going back further than the ring holds says
+/// so (0 kept) and a re-evaluation gives the full cache's logits again.
+#[test]
+fn sliding_window_rings_match_full_caches() {
+    // Gemma 3's pattern: five sliding layers (window 16), then a global one.
+    let spec = SyntheticSpec {
+        n_layer: 6,
+        ..SyntheticSpec::small(Arch::Gemma3, DType::F32)
+    };
+    let opts = SessionOptions {
+        n_ctx: 768,
+        n_batch: 32,
+        kv_type: DType::F16,
+        swa_full: false,
+    };
+    let mut ring = session_of(&spec, opts);
+    let mut full = session_of(
+        &spec,
+        SessionOptions {
+            swa_full: true,
+            ..opts
+        },
+    );
+    assert!(ring.cache().swa_ring() && !full.cache().swa_ring());
+    assert_eq!(ring.cache().n_slots_swa(), 256);
+    assert_eq!(full.cache().n_slots_swa(), 768);
+    // Five of six layers at a third of the size.
+    assert_eq!(ring.cache().bytes() * 18, full.cache().bytes() * 8);
+
+    let tokens: Vec<u32> = (0..720u32).map(|i| (i * 7919 + 13) % 300).collect();
+    let mut worst = 0f32;
+    for chunk in tokens[..700].chunks(50) {
+        let (a, b) = (ring.decode(chunk).unwrap(), full.decode(chunk).unwrap());
+        worst = worst.max(max_rel_diff(&a, &b));
+    }
+    assert_eq!(ring.n_past(), 700);
+    assert_eq!(ring.truncate(690), 690);
+    assert_eq!(full.truncate(690), 690);
+    for &t in &tokens[690..700] {
+        let (a, b) = (ring.decode(&[t]).unwrap(), full.decode(&[t]).unwrap());
+        worst = worst.max(max_rel_diff(&a, &b));
+    }
+    // Position 300 needs positions 285..300, long overwritten.
+    assert_eq!(ring.truncate(300), 0);
+    assert_eq!(full.truncate(300), 300);
+    ring.decode(&tokens[..300]).unwrap();
+    let (a, b) = (
+        ring.decode(&tokens[300..310]).unwrap(),
+        full.decode(&tokens[300..310]).unwrap(),
+    );
+    worst = worst.max(max_rel_diff(&a, &b));
+    assert!(worst < 1e-4, "ring vs full cache: {worst}");
 }
 
 /// Weights bound zero-copy over the file are tagged as weights, so the

@@ -83,6 +83,24 @@ pub(crate) unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
     ))
 }
 
+/// The f16 scales of the first `n` (at most eight) blocks at `p`, `p +
+/// stride`, ... as f32, zero in the lanes past `n`: the scales of a last,
+/// partial group of blocks.
+///
+/// # Safety
+/// Two bytes at `p + i * stride` must be readable for `i < min(n, 8)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn scales_upto(p: *const u8, stride: usize, n: usize) -> __m256 {
+    let mut h = [0u16; 8];
+    for (i, h) in h.iter_mut().enumerate().take(n) {
+        // SAFETY: forwarded to the caller (i < n).
+        *h = unsafe { p.add(i * stride).cast::<u16>().read_unaligned() };
+    }
+    // SAFETY: `h` holds 16 bytes.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+}
+
 /// `ds[c][r][i] = dx[r][i] * dy[c][i]` for the eight blocks at `b`.
 ///
 /// # Safety
@@ -236,7 +254,7 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
 /// conversion and one multiply-add serve eight blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn block_sums(v: [__m256i; 8]) -> __m256i {
+pub(crate) fn block_sums(v: [__m256i; 8]) -> __m256i {
     // Per 128-bit half: [v0 0+2, v1 0+2, v0 1+3, v1 1+3].
     let l1 = |a: __m256i, b: __m256i| {
         _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
@@ -311,25 +329,38 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
         }
         b += SB;
     }
-    // The last blocks, one at a time.
-    while b < nb {
+    // The last blocks (fewer than eight): one partial group, its missing
+    // blocks' scales and sums zero, so that the tail costs one conversion
+    // and one multiply-add instead of a dependent chain per block (a row of
+    // 640 values, Gemma 3's, has four such blocks).
+    if b < nb {
+        let rem = nb - b;
+        let mut dy = [_mm256_setzero_ps(); C];
+        let mut yp = [std::ptr::null::<u8>(); C];
         for c in 0..C {
-            // SAFETY: block b < nb of column c.
-            let (y, dy) = unsafe {
-                let p = ys[c].add(b * Q8_0_BYTES);
-                (quants(p, 0), f16_at(p))
-            };
-            for r in 0..R {
-                // SAFETY: block b < nb of row r.
-                let (x, dx) = unsafe {
-                    let p = xs[r].add(b * Q8_0_BYTES);
-                    (quants(p, 0), f16_at(p))
-                };
-                let f = _mm256_cvtepi32_ps(dot(x, _mm256_sign_epi8(x, x), y));
-                acc[c][r] = _mm256_fmadd_ps(f, _mm256_set1_ps(dx * dy), acc[c][r]);
+            // SAFETY: blocks b..nb exist in every column.
+            yp[c] = unsafe { ys[c].add(b * Q8_0_BYTES) };
+            // SAFETY: as above; `scales_upto` reads `rem` scales.
+            dy[c] = unsafe { scales_upto(yp[c], Q8_0_BYTES, rem) };
+        }
+        for r in 0..R {
+            // SAFETY: blocks b..nb exist in every row.
+            let xp = unsafe { xs[r].add(b * Q8_0_BYTES) };
+            // SAFETY: as above.
+            let dx = unsafe { scales_upto(xp, Q8_0_BYTES, rem) };
+            let mut v = [[_mm256_setzero_si256(); C]; SB];
+            for (j, vj) in v.iter_mut().enumerate().take(rem) {
+                let x = quants(xp, j);
+                let ax = _mm256_sign_epi8(x, x);
+                for (v, &y) in vj.iter_mut().zip(&yp) {
+                    *v = dot(x, ax, quants(y, j));
+                }
+            }
+            for c in 0..C {
+                let s = _mm256_cvtepi32_ps(block_sums(std::array::from_fn(|j| v[j][c])));
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_mul_ps(dx, dy[c]), acc[c][r]);
             }
         }
-        b += 1;
     }
     hsums(&acc)
 }

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use tessera::{Error, Result};
 use tessera_gguf::{GgufFile, Value};
 
+use super::index::TokenIndex;
 use super::{Bpe, Kind, Token, TokenAttr, Vocab, pretok, unicode};
 
 const TOKENS: &str = "tokenizer.ggml.tokens";
@@ -227,18 +228,12 @@ impl Vocab {
         }
 
         let mut tokens = Vec::with_capacity(n);
-        let mut token_to_id = HashMap::with_capacity(n);
         for (i, &t) in texts.iter().enumerate() {
             let text = if t.is_empty() {
                 format!("[EMPTY_{i}]")
             } else {
                 t.to_string()
             };
-            if token_to_id.insert(text.clone(), i as u32).is_some() {
-                return Err(Error::Malformed(format!(
-                    "metadata key '{TOKENS}': token {i} {text:?} appears twice"
-                )));
-            }
             let score = scores
                 .as_ref()
                 .and_then(|s| s.get(i))
@@ -256,6 +251,13 @@ impl Vocab {
             };
             tokens.push(Token { text, score, attr });
         }
+        let token_to_id = TokenIndex::new(&tokens).map_err(|i| {
+            Error::Malformed(format!(
+                "metadata key '{TOKENS}': token {i} {:?} appears twice",
+                tokens[i].text
+            ))
+        })?;
+        let id_of = |tokens: &[Token], t: &str| token_to_id.get(tokens, t);
 
         let mut bpe_ranks: HashMap<String, HashMap<String, u32>> = HashMap::new();
         if let Kind::Bpe(_) = kind {
@@ -321,11 +323,7 @@ impl Vocab {
             if slot.is_some() {
                 return;
             }
-            if let Some(id) = names
-                .iter()
-                .filter_map(|t| token_to_id.get(*t).copied())
-                .min()
-            {
+            if let Some(id) = names.iter().filter_map(|t| id_of(tokens, t)).min() {
                 *slot = Some(id);
                 let a = &mut tokens[id as usize].attr;
                 *a = *a | control;
@@ -346,29 +344,30 @@ impl Vocab {
         }
         let mut eog: HashSet<u32> = fim[3..].iter().flatten().copied().collect();
         for name in EOG_TEXTS {
-            if let Some(&id) = token_to_id.get(*name) {
+            if let Some(id) = id_of(&tokens, name) {
                 eog.insert(id);
                 let a = &mut tokens[id as usize].attr;
                 *a = *a | control;
             }
         }
         for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(&id) = token_to_id.get(name) {
+            if let Some(id) = id_of(&tokens, name) {
                 tokens[id as usize].attr = TokenAttr::USER_DEFINED;
             }
         }
         eog.extend([eos, eot, eom].into_iter().flatten());
-        let has =
-            |eog: &HashSet<u32>, t: &str| token_to_id.get(t).is_some_and(|id| eog.contains(id));
-        if let Some(&end) = token_to_id.get("<|end|>").filter(|id| eog.contains(id))
-            && has(&eog, "<|call|>") | has(&eog, "<|calls|>")
-            && (has(&eog, "<|return|>") || has(&eog, "<|flush|>"))
+        let has = |eog: &HashSet<u32>, tokens: &[Token], t: &str| {
+            id_of(tokens, t).is_some_and(|id| eog.contains(&id))
+        };
+        if let Some(end) = id_of(&tokens, "<|end|>").filter(|id| eog.contains(id))
+            && has(&eog, &tokens, "<|call|>") | has(&eog, &tokens, "<|calls|>")
+            && (has(&eog, &tokens, "<|return|>") || has(&eog, &tokens, "<|flush|>"))
         {
             eog.remove(&end);
             tokens[end as usize].attr = TokenAttr::USER_DEFINED;
         }
-        if let Some(&s) = token_to_id.get("</s>").filter(|id| eog.contains(id))
-            && (has(&eog, "<|tool_response>") || has(&eog, "<|plamo:eos|>"))
+        if let Some(s) = id_of(&tokens, "</s>").filter(|id| eog.contains(id))
+            && (has(&eog, &tokens, "<|tool_response>") || has(&eog, &tokens, "<|plamo:eos|>"))
         {
             eog.remove(&s);
             tokens[s as usize].attr = TokenAttr::NORMAL;
@@ -420,7 +419,7 @@ fn strip_attrs(
     f: &GgufFile,
     pre: &str,
     special: &[u32],
-    ids: &HashMap<String, u32>,
+    ids: &TokenIndex,
     tokens: &mut [Token],
 ) -> Result<()> {
     let name = opt::<&str>(f, "general.name")?
@@ -428,7 +427,7 @@ fn strip_attrs(
         .to_ascii_lowercase();
     let arch = opt::<&str>(f, "general.architecture")?.unwrap_or("");
     let set = |tokens: &mut [Token], text: &str, attr: TokenAttr, on: bool| {
-        if let Some(&id) = ids.get(text) {
+        if let Some(id) = ids.get(tokens, text) {
             let a = &mut tokens[id as usize].attr;
             a.0 = if on { a.0 | attr.0 } else { a.0 & !attr.0 };
         }

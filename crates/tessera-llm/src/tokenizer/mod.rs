@@ -15,6 +15,7 @@
 
 mod bpe;
 mod detok;
+mod index;
 mod load;
 mod pretok;
 mod spm;
@@ -101,7 +102,7 @@ struct Token {
 pub struct Vocab {
     kind: Kind,
     tokens: Vec<Token>,
-    token_to_id: HashMap<String, u32>,
+    token_to_id: index::TokenIndex,
     /// `left -> right -> rank` (BPE only)
     bpe_ranks: HashMap<String, HashMap<String, u32>>,
     byte_chars: [char; 256],
@@ -183,7 +184,7 @@ impl Vocab {
 
     /// The id of the token whose text is exactly `text`.
     pub fn text_to_token(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.token_to_id.get(&self.tokens, text)
     }
 
     fn score(&self, id: u32) -> f32 {
