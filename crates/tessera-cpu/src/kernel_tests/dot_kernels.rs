@@ -282,7 +282,9 @@ fn gemv_matches_the_reference_and_stays_in_its_slice() {
                 vec_dot_type(t).unwrap()
             };
             let bs = t.block_size().max(yt.block_size());
-            for (blocks, rows) in [(1usize, 1usize), (3, 4), (9, 7), (17, 13), (5, 64)] {
+            // (50 blocks: rows long enough for the one-row-per-call path of
+            // the kernels that take short rows four at a time.)
+            for (blocks, rows) in [(1usize, 1usize), (3, 4), (9, 7), (17, 13), (5, 64), (50, 3)] {
                 let n = blocks * bs.max(8);
                 let row_bytes = t.row_size(n).unwrap();
                 let stride = row_bytes + 24;

@@ -172,7 +172,7 @@ pub(crate) mod imp {
             DType::F32 => f32_gemv,
             DType::F16 => f16_gemv,
             DType::BF16 => bf16_gemv,
-            DType::Q4_0 => q4_0_gemv,
+            DType::Q4_0 => crate::kernels::gemv_avx2_q4_0::q4_0_gemv,
             DType::Q8_0 => q8_0_gemv,
             DType::Q4K => q4k_gemv,
             DType::Q6K => q6k_gemv,
@@ -218,7 +218,6 @@ pub(crate) mod imp {
     // `tessera bench model`, 1B-shaped files, 2 threads: Q8_0 9.4 -> 14.9
     // tokens/s, Q4_0 14.1 -> 15.2; the kernels' multi-row forms stay for
     // many columns).
-    safe_gemv!(q4_0_gemv, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 1);
     safe_gemv!(q8_0_gemv, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 1);
     safe_gemv!(q4k_gemv, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1);
     safe_gemv!(q6k_gemv, q6k_tile, Q6K_BYTES, Q8K_BYTES, 1);

@@ -176,6 +176,7 @@ mod gemv_avx2;
 mod gemv_avx2_float;
 mod gemv_avx2_iq4;
 mod gemv_avx2_k;
+mod gemv_avx2_q4_0;
 mod gemv_avx2_q5;
 mod gemv_avx2_q8;
 mod gemv_avx512;
