@@ -150,7 +150,11 @@ fn build(case: &Case) -> tessera::Result<Built> {
         "soft_max" => {
             let a = arg(&mut g, "a")?;
             let mask = opt(&mut g, "mask")?;
-            g.soft_max_ext(a, mask, case.f32("scale"), case.f32("max_bias"))?
+            let (scale, max_bias) = (case.f32("scale"), case.f32("max_bias"));
+            match opt(&mut g, "sinks")? {
+                Some(s) => g.soft_max_ext_sinks(a, mask, s, scale, max_bias)?,
+                None => g.soft_max_ext(a, mask, scale, max_bias)?,
+            }
         }
         "rope" => {
             let a = arg(&mut g, "a")?;
@@ -211,15 +215,12 @@ fn build(case: &Case) -> tessera::Result<Built> {
             let k = arg(&mut g, "k")?;
             let v = arg(&mut g, "v")?;
             let mask = opt(&mut g, "mask")?;
-            g.flash_attn_ext(
-                q,
-                k,
-                v,
-                mask,
-                case.f32("scale"),
-                case.f32("max_bias"),
-                case.f32("softcap"),
-            )?
+            let (scale, max_bias) = (case.f32("scale"), case.f32("max_bias"));
+            let softcap = case.f32("softcap");
+            match opt(&mut g, "sinks")? {
+                Some(s) => g.flash_attn_ext_sinks(q, k, v, mask, s, scale, max_bias, softcap)?,
+                None => g.flash_attn_ext(q, k, v, mask, scale, max_bias, softcap)?,
+            }
         }
         other => panic!("{}: no builder for op '{other}'", case.name),
     };
@@ -250,11 +251,8 @@ fn glu_op(case: &Case) -> GluOp {
 fn rope_params(case: &Case) -> RopeParams {
     RopeParams {
         n_dims: case.int("n_dims") as usize,
-        mode: match case.int("mode") {
-            0 => RopeMode::Normal,
-            2 => RopeMode::Neox,
-            m => panic!("{}: rope mode {m}", case.name),
-        },
+        mode: RopeMode::from_ggml(case.int("mode") as i32)
+            .unwrap_or_else(|| panic!("{}: rope mode {}", case.name, case.int("mode"))),
         n_ctx_orig: case.int("n_ctx_orig") as usize,
         freq_base: case.f32("freq_base"),
         freq_scale: case.f32("freq_scale"),
@@ -262,6 +260,10 @@ fn rope_params(case: &Case) -> RopeParams {
         attn_factor: case.f32("attn_factor"),
         beta_fast: case.f32("beta_fast"),
         beta_slow: case.f32("beta_slow"),
+        sections: match case.list("sections") {
+            Some(s) => [s[0], s[1], s[2], s[3]].map(|x| x as u32),
+            None => [0; 4],
+        },
     }
 }
 
