@@ -270,8 +270,13 @@ fn rope_params(case: &Case) -> RopeParams {
 // ---------------------------------------------------------------------------
 // Running on the CPU device
 
-/// Tessera's output bytes for `case`.
+/// Tessera's output bytes for `case` on the CPU device.
 fn run(case: &Case) -> Result<Vec<u8>, String> {
+    run_on(case, tessera_cpu::device().as_ref())
+}
+
+/// Tessera's output bytes for `case` on `dev`.
+fn run_on(case: &Case, dev: &dyn Device) -> Result<Vec<u8>, String> {
     let b = build(case).map_err(|e| format!("Tessera's builder rejects it: {e}"))?;
     let out_layout = b.graph.layout(b.out).unwrap();
     let want = &case.output;
@@ -281,11 +286,11 @@ fn run(case: &Case) -> Result<Vec<u8>, String> {
             out_layout.dtype, out_layout.ne, want.dtype, want.ne
         ));
     }
-    let dev = tessera_cpu::device();
     for id in b.graph.op_ids() {
         if !b.graph.node(id).unwrap().op.is_view() && !dev.supports_op(&b.graph, id) {
             return Err(format!(
-                "the CPU device does not support {} ({})",
+                "the {} device does not support {} ({})",
+                dev.name(),
                 b.graph.node(id).unwrap().op.name(),
                 b.graph.node(id).unwrap().layout
             ));
@@ -619,9 +624,20 @@ fn q8_0_tie_rule(case: &Case, got: &[u8]) -> Result<usize, String> {
 
 /// Run every case whose op is one of `ops`; panic with all failures.
 fn check_ops(ops: &[&str]) {
+    check_cases(&|c: &Case| ops.contains(&c.op.as_str()), run);
+}
+
+/// Compare the cases `pick` selects, computed by `run`, with ggml's results.
+fn check_cases(pick: &dyn Fn(&Case) -> bool, run: impl Fn(&Case) -> Result<Vec<u8>, String>) {
+    let mut ops: Vec<&str> = cases()
+        .iter()
+        .filter(|c| pick(c))
+        .map(|c| c.op.as_str())
+        .collect();
+    ops.dedup();
     let mut failures = Vec::new();
     let mut n = 0;
-    for case in cases().iter().filter(|c| ops.contains(&c.op.as_str())) {
+    for case in cases().iter().filter(|c| pick(c)) {
         n += 1;
         match run(case).and_then(|got| compare(case, &got)) {
             Ok(line) => println!("ok    {:<28} {line}", case.name),
@@ -755,6 +771,22 @@ fn argmax_sum_rows() {
 #[test]
 fn flash_attn_ext() {
     check_ops(&["flash_attn_ext"]);
+}
+
+/// The attention sinks and multi-section ROPE cases.
+fn attention_ext_case(c: &Case) -> bool {
+    c.has_input("sinks") || c.param("sections").is_some()
+}
+
+/// The conformance harness compares every device with the f64 reference
+/// device; here the reference itself meets ggml on the attention sinks and
+/// multi-section ROPE cases (same tolerances as the CPU).
+#[test]
+fn attention_ext_on_the_reference_device() {
+    let n = cases().iter().filter(|c| attention_ext_case(c)).count();
+    assert_eq!(n, 22, "sinks + multi-section ROPE fixture cases");
+    let dev = tessera_testkit::ReferenceDevice::new();
+    check_cases(&attention_ext_case, |c| run_on(c, dev.as_ref()));
 }
 
 /// The tie cases really contain values on which ggml's x86 CPU backend and
