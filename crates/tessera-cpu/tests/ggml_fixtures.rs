@@ -5,8 +5,9 @@
 //!
 //! Why: the CPU kernels and the conformance harness's f64 reference were
 //! both written from descriptions of ggml's semantics; a misreading shared by
-//! both (ROPE modes and YaRN, GLU halves, SOFT_MAX mask broadcasting and
-//! ALiBi, FLASH_ATTN_EXT layout and softcap, GET_ROWS/SET_ROWS indexing, CPY
+//! both (ROPE modes and YaRN, the multi-section ROPE modes' stream choice,
+//! GLU halves, SOFT_MAX mask broadcasting, ALiBi and sinks, FLASH_ATTN_EXT
+//! layout, softcap and sinks, GET_ROWS/SET_ROWS indexing, CPY
 //! element order, broadcasting, ARGMAX ties) passes both; it fails here.
 //! Source references (`ggml-cpu/ops.cpp:296`, ...) are to `ggml/src` of the
 //! llama-cpp-python 0.3.36 sdist (ggml 0.25.3) the fixtures were made from.
@@ -24,6 +25,10 @@
 //! - one documented divergence: Q8_0 results of CPY and SET_ROWS may differ
 //!   from ggml's x86 CPU backend at exact rounding ties, and only there (see
 //!   [`q8_0_tie_rule`]).
+//!
+//! The attention-sink and multi-section ROPE cases also run on the f64
+//! reference device ([`attention_ext_on_the_reference_device`]); the wgpu
+//! crate checks its kernels on them (`tessera-wgpu/tests/ggml_fixtures_attention.rs`).
 //!
 //! A mismatch prints the case, its parameters, the worst element (index,
 //! Tessera's value, ggml's value) and the metric. `cargo test -p tessera-cpu
