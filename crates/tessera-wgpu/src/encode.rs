@@ -435,7 +435,7 @@ fn encode_node(
         }
         Op::L2Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = 5;
             call.params.fp[0] = eps;
             rows(batch, core, call, &a.layout)
@@ -472,7 +472,7 @@ fn encode_node(
         }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = if matches!(node.op, Op::RmsNorm { .. }) {
                 0
             } else {
@@ -483,7 +483,7 @@ fn encode_node(
         }
         Op::SumRows | Op::Argmax => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = if node.op == Op::SumRows { 2 } else { 4 };
             rows(batch, core, call, &a.layout)
         }
@@ -569,7 +569,9 @@ fn encode_node(
     }
 }
 
-/// Record a one-workgroup-per-row kernel over the rows of `a`.
+/// Record a one-workgroup-per-row kernel over the rows of `a`. Every
+/// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
+/// unused ones bound to a placeholder): the shader names all three.
 fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())
