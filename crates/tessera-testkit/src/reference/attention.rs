@@ -199,4 +199,21 @@ mod tests {
         let bad = d([1, 2, 3, 1], &[1.0; 6]);
         assert!(flash_attn_ext(&q, &bad, &bad, None, PLAIN).is_err());
     }
+
+    #[test]
+    fn sinks_weigh_a_zero_value_row() {
+        // One key with score 0 and value 2, sink 0: 2 * 1 / (1 + 1).
+        let q = d([1, 1, 1, 1], &[0.0]);
+        let k = d([1, 1, 1, 1], &[1.0]);
+        let v = d([1, 1, 1, 1], &[2.0]);
+        let sk = d([1, 1, 1, 1], &[0.0]);
+        let o = flash_attn_ext_sinks(&q, &k, &v, None, Some(&sk), PLAIN).unwrap();
+        assert!((o.data[0] - 1.0).abs() < 1e-15, "{:?}", o.data);
+        // A fully masked row with a sink is zero (ggml: S = 1, no values).
+        let m = d([1, 1, 1, 1], &[f64::NEG_INFINITY]);
+        let o = flash_attn_ext_sinks(&q, &k, &v, Some(&m), Some(&sk), PLAIN).unwrap();
+        assert_eq!(o.data, vec![0.0]);
+        let two = d([2, 1, 1, 1], &[0.0, 0.0]);
+        assert!(flash_attn_ext_sinks(&q, &k, &v, None, Some(&two), PLAIN).is_err());
+    }
 }

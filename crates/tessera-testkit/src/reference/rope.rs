@@ -243,4 +243,26 @@ mod tests {
         let (c, _) = rope_yarn(1.0, 62, corr, &p);
         assert!((c - 0.25f64.cos() * mscale).abs() < 1e-12);
     }
+
+    #[test]
+    fn multi_section_streams_follow_ggml() {
+        let ts = 0.5;
+        let pos = [2.0, 3.0, 5.0, 7.0];
+        // M-RoPE, sections [1, 1, 0, 0] (wrapping every 2 pairs): t, h, t, h,
+        // each at its pair's own power of theta_scale.
+        let p = RopeParams::multi(8, RopeMode::Mrope, [1, 1, 0, 0], 10000.0);
+        let got = pair_angles(&p, pos, ts);
+        assert_eq!(got, vec![2.0, 3.0 * 0.5, 2.0 * 0.25, 3.0 * 0.125]);
+        // Interleaved, sections [2, 1, 1, 0]: sectors 0..4 are t, h, w, t.
+        let p = RopeParams::multi(8, RopeMode::Imrope, [2, 1, 1, 0], 10000.0);
+        let got = pair_angles(&p, pos, ts);
+        assert_eq!(got, vec![2.0, 3.0 * 0.5, 5.0 * 0.25, 2.0 * 0.125]);
+        // Vision, n_dims = 4 (ne0 = 8, 4 pairs), sections [1, 1, 0, 0]: each
+        // section restarts its stream, so every angle is a bare position.
+        let p = RopeParams::multi(4, RopeMode::Vision, [1, 1, 0, 0], 10000.0);
+        assert_eq!(pair_angles(&p, pos, ts), vec![2.0, 3.0, 2.0, 3.0]);
+        // Vision, sections [2, 2, 0, 0]: t, t*ts, h, h*ts.
+        let p = RopeParams::multi(4, RopeMode::Vision, [2, 2, 0, 0], 10000.0);
+        assert_eq!(pair_angles(&p, pos, ts), vec![2.0, 1.0, 3.0, 1.5]);
+    }
 }

@@ -212,4 +212,27 @@ mod tests {
         );
         assert_eq!(argmax(&t).unwrap().data, vec![2.0, 3.0, 3.0]);
     }
+
+    #[test]
+    fn sinks_join_the_denominator_only() {
+        // Two equal logits and a sink of 0: each gets 1 / (1 + 1 + 1).
+        let a = d([2, 1, 1, 1], &[0.0, 0.0]);
+        let s = soft_max_sinks(&a, None, Some(&d([1, 1, 1, 1], &[0.0])), 1.0, 0.0).unwrap();
+        assert!(
+            s.data.iter().all(|v| (v - 1.0 / 3.0).abs() < 1e-15),
+            "{:?}",
+            s.data
+        );
+        // Per head (dim 2): a sink of ln 2 counts twice; ln 6 above both
+        // logits makes the sink the maximum.
+        let a = d([2, 1, 2, 1], &[0.0, 0.0, 0.0, 0.0]);
+        let sk = d([2, 1, 1, 1], &[2f64.ln(), 6f64.ln()]);
+        let s = soft_max_sinks(&a, None, Some(&sk), 1.0, 0.0).unwrap();
+        let want = [0.25, 0.25, 0.125, 0.125];
+        for (v, w) in s.data.iter().zip(want) {
+            assert!((v - w).abs() < 1e-15, "{:?}", s.data);
+        }
+        // The wrong number of sinks is an error, not a panic.
+        assert!(soft_max_sinks(&a, None, Some(&d([3, 1, 1, 1], &[0.0; 3])), 1.0, 0.0).is_err());
+    }
 }
