@@ -46,9 +46,12 @@
 //   glu                a       fn swapped        ggml_glu(a, fn, swapped)
 //   glu_split          a, b    fn                ggml_glu_split(a, b, fn)
 //   rms_norm, norm     a       eps
-//   soft_max           a[, mask] scale max_bias  ggml_soft_max_ext
+//   soft_max           a[, mask][, sinks] scale max_bias
+//                                             ggml_soft_max_ext (+ ggml_soft_max_add_sinks)
 //   rope               a, pos[, ff] n_dims mode n_ctx_orig freq_base
 //                      freq_scale ext_factor attn_factor beta_fast beta_slow
+//                      [sections=s0,s1,s2,s3]  ggml_rope_ext, or ggml_rope_multi
+//                                             with sections (modes 8, 24, 40)
 //   mul_mat            a, b                      ggml_mul_mat(a, b)
 //   get_rows           a, ids                    ggml_get_rows(a, ids)
 //   set_rows           dst, src, ids             ggml_set_rows(dst, src, ids)
@@ -56,7 +59,8 @@
 //   cont               a                         ggml_cont(a)
 //   concat             a, b    dim               ggml_concat(a, b, dim)
 //   argmax, sum_rows   a
-//   flash_attn_ext     q, k, v[, mask] scale max_bias softcap
+//   flash_attn_ext     q, k, v[, mask][, sinks] scale max_bias softcap
+//                                             (+ ggml_flash_attn_ext_add_sinks)
 //   mul_mat_id         as, b, ids                ggml_mul_mat_id(as, b, ids)
 //   add_id             a, b, ids                 ggml_add_id(a, b, ids)
 //   swiglu_oai         a, b    alpha limit       ggml_swiglu_oai(a, b, alpha, limit)
@@ -458,9 +462,10 @@ static float * make_mask(int64_t n_kv, int64_t n_rows, int64_t n2, int64_t n3) {
     return m;
 }
 
-static void soft_max_case(const char * name, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
-                          enum ggml_type mask_type, int64_t m1, int64_t m2, int64_t m3,
-                          float scale, float max_bias) {
+// sinks: 0 none, 1 in [-2, 2], 2 in [4, 8] (above every logit: the sink is the maximum)
+static void soft_max_sinks_case(const char * name, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                                enum ggml_type mask_type, int64_t m1, int64_t m2, int64_t m3,
+                                float scale, float max_bias, int sinks) {
     fcase c;
     begin(&c, name, "soft_max");
     T * a = input_u(&c, "a", GGML_TYPE_F32, ne0, ne1, ne2, ne3, -4, 4);
@@ -470,9 +475,19 @@ static void soft_max_case(const char * name, int64_t ne0, int64_t ne1, int64_t n
         mask = input_v(&c, "mask", mask_type, ne0, m1, m2, m3, m);
         free(m);
     }
+    T * sk = NULL;
+    if (sinks) sk = input_u(&c, "sinks", GGML_TYPE_F32, ne2, 1, 1, 1, sinks == 1 ? -2 : 4, sinks == 1 ? 2 : 8);
     paramf(&c, "scale", scale);
     paramf(&c, "max_bias", max_bias);
-    finish(&c, ggml_soft_max_ext(c.ctx, a, mask, scale, max_bias));
+    T * out = ggml_soft_max_ext(c.ctx, a, mask, scale, max_bias);
+    if (sk) ggml_soft_max_add_sinks(out, sk);
+    finish(&c, out);
+}
+
+static void soft_max_case(const char * name, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                          enum ggml_type mask_type, int64_t m1, int64_t m2, int64_t m3,
+                          float scale, float max_bias) {
+    soft_max_sinks_case(name, ne0, ne1, ne2, ne3, mask_type, m1, m2, m3, scale, max_bias, 0);
 }
 
 static void cases_soft_max(void) {
@@ -487,6 +502,12 @@ static void cases_soft_max(void) {
     // per-head mask broadcast over dims 2-3: mask ne2 = 3 over 6 heads, ne3 1 over 2
     soft_max_case("soft_max_mask_heads", 23, 5, 6, 2, GGML_TYPE_F16, 6, 3, 1, 0.5f, 0.0f);
     soft_max_case("soft_max_mask_heads_alibi", 23, 5, 6, 2, GGML_TYPE_F32, 5, 3, 1, 0.5f, 8.0f);
+    // attention sinks (one per head = dim 2)
+    soft_max_sinks_case("soft_max_sinks_plain", 23, 7, 4, 1, GGML_TYPE_F32, 0, 0, 0, 1.0f, 0.0f, 1);
+    soft_max_sinks_case("soft_max_sinks_large", 23, 5, 4, 2, GGML_TYPE_F32, 0, 0, 0, 0.5f, 0.0f, 2);
+    soft_max_sinks_case("soft_max_sinks_mask_f16", 23, 5, 8, 1, GGML_TYPE_F16, 6, 2, 1, 0.125f, 0.0f, 1);
+    soft_max_sinks_case("soft_max_sinks_mask_f32_large", 23, 5, 8, 1, GGML_TYPE_F32, 5, 1, 1, 0.3f, 0.0f, 2);
+    soft_max_sinks_case("soft_max_sinks_alibi", 23, 5, 6, 1, GGML_TYPE_F16, 5, 1, 1, 0.3f, 8.0f, 1);
 }
 
 typedef struct {
@@ -535,6 +556,64 @@ static void cases_rope(void) {
         finish(&c, ggml_rope_ext(c.ctx, a, p, ff, r->n_dims, r->mode, r->n_ctx_orig, r->freq_base,
                                  r->freq_scale, r->ext_factor, r->attn_factor, r->beta_fast,
                                  r->beta_slow));
+    }
+}
+
+typedef struct {
+    const char * name;
+    enum ggml_type type;
+    int64_t ne0, ne1, ne3;
+    int n_dims, mode, n_ctx_orig;
+    float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+    int with_ff;
+    int sections[4];
+} rope_multi_case;
+
+// ggml_rope_multi: positions are 4 streams (t, h, w, e) of n_tok each.
+static void cases_rope_multi(void) {
+    enum { n_tok = 5 };
+    static const int32_t pos[4 * n_tok] = {
+        0, 1, 5, 17, 100,        // t
+        3, 0, 9, 2, 1000,        // h
+        40, 38, 7, 0, 250,       // w
+        2000, 1, 0, 64, 33,      // e
+    };
+    const rope_multi_case rs[] = {
+        // name                          type           ne0  ne1 ne3 nd  mode nctx base    fscale ext   attn  bf  bs ff sections
+        { "rope_mrope_f32",              GGML_TYPE_F32, 128, 3, 1, 128, 8,  0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {16, 24, 24, 0} },
+        { "rope_mrope_f16",              GGML_TYPE_F16, 64,  2, 1, 64,  8,  0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {8, 12, 12, 0} },
+        { "rope_mrope_partial_wrap",     GGML_TYPE_F32, 48,  2, 2, 32,  8,  0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {3, 2, 2, 1} },
+        { "rope_mrope_yarn_ff",          GGML_TYPE_F32, 64,  2, 1, 64,  8,  512, 1e6f,  0.25f, 1.0f, 1.5f, 32, 1, 1, {10, 11, 11, 0} },
+        { "rope_imrope_f32",             GGML_TYPE_F32, 128, 3, 1, 128, 40, 0,   5e6f,  1.0f,  0.0f, 1.0f, 32, 1, 0, {24, 20, 20, 0} },
+        { "rope_imrope_partial_f16",     GGML_TYPE_F16, 64,  3, 1, 48,  40, 0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {4, 4, 4, 2} },
+        { "rope_imrope_yarn",            GGML_TYPE_F32, 64,  2, 1, 64,  40, 512, 10000, 0.25f, 1.0f, 1.5f, 32, 1, 0, {11, 10, 11, 0} },
+        { "rope_vision_f32",             GGML_TYPE_F32, 64,  4, 1, 32,  24, 0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {8, 8, 0, 0} },
+        { "rope_vision_f16_4sect",       GGML_TYPE_F16, 40,  2, 1, 20,  24, 0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {5, 3, 2, 0} },
+        { "rope_vision_zero_t",          GGML_TYPE_F32, 32,  2, 1, 16,  24, 0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 0, {0, 4, 4, 0} },
+        { "rope_vision_ff",              GGML_TYPE_F32, 32,  2, 1, 16,  24, 0,   10000, 1.0f,  0.0f, 1.0f, 32, 1, 1, {4, 4, 0, 0} },
+    };
+    fcase c;
+    for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++) {
+        const rope_multi_case * r = &rs[i];
+        int sections[4] = { r->sections[0], r->sections[1], r->sections[2], r->sections[3] };
+        begin(&c, r->name, "rope");
+        T * a = input_u(&c, "a", r->type, r->ne0, r->ne1, n_tok, r->ne3, -1, 1);
+        T * p = input_i32(&c, "pos", 4 * n_tok, 1, 1, pos);
+        T * ff = NULL;
+        // vision reads one factor per rotated pair: n_dims of them (ne0 / 2)
+        const int64_t n_ff = r->mode == GGML_ROPE_TYPE_VISION ? r->n_dims : r->n_dims / 2;
+        if (r->with_ff) ff = input_u(&c, "ff", GGML_TYPE_F32, n_ff, 1, 1, 1, 1, 4);
+        param(&c, "n_dims=%d mode=%d n_ctx_orig=%d", r->n_dims, r->mode, r->n_ctx_orig);
+        paramf(&c, "freq_base", r->freq_base);
+        paramf(&c, "freq_scale", r->freq_scale);
+        paramf(&c, "ext_factor", r->ext_factor);
+        paramf(&c, "attn_factor", r->attn_factor);
+        paramf(&c, "beta_fast", r->beta_fast);
+        paramf(&c, "beta_slow", r->beta_slow);
+        param(&c, "sections=%d,%d,%d,%d", sections[0], sections[1], sections[2], sections[3]);
+        finish(&c, ggml_rope_multi(c.ctx, a, p, ff, r->n_dims, sections, r->mode, r->n_ctx_orig,
+                                   r->freq_base, r->freq_scale, r->ext_factor, r->attn_factor,
+                                   r->beta_fast, r->beta_slow));
     }
 }
 
@@ -774,9 +853,10 @@ static void cases_reduce(void) {
     finish(&c, ggml_sum_rows(c.ctx, a));
 }
 
-static void fa_case(const char * name, enum ggml_type kv_type, int64_t dk, int64_t dv, int64_t n_q,
-                    int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t ne3,
-                    int64_t mask_ne1, int64_t mask_ne2, float scale, float max_bias, float softcap) {
+static void fa_sinks_case(const char * name, enum ggml_type kv_type, int64_t dk, int64_t dv, int64_t n_q,
+                          int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t ne3,
+                          int64_t mask_ne1, int64_t mask_ne2, float scale, float max_bias, float softcap,
+                          int sinks) {
     fcase c;
     begin(&c, name, "flash_attn_ext");
     T * q = input_u(&c, "q", GGML_TYPE_F32, dk, n_q, n_head, ne3, -1, 1);
@@ -790,8 +870,19 @@ static void fa_case(const char * name, enum ggml_type kv_type, int64_t dk, int64
     }
     paramf(&c, "scale", scale);
     paramf(&c, "max_bias", max_bias);
+    T * sk = NULL;
+    if (sinks) sk = input_u(&c, "sinks", GGML_TYPE_F32, n_head, 1, 1, 1, sinks == 1 ? -2 : 4, sinks == 1 ? 2 : 8);
     paramf(&c, "softcap", softcap);
-    finish(&c, ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, max_bias, softcap));
+    T * out = ggml_flash_attn_ext(c.ctx, q, k, v, mask, scale, max_bias, softcap);
+    if (sk) ggml_flash_attn_ext_add_sinks(out, sk);
+    finish(&c, out);
+}
+
+static void fa_case(const char * name, enum ggml_type kv_type, int64_t dk, int64_t dv, int64_t n_q,
+                    int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t ne3,
+                    int64_t mask_ne1, int64_t mask_ne2, float scale, float max_bias, float softcap) {
+    fa_sinks_case(name, kv_type, dk, dv, n_q, n_kv, n_head, n_head_kv, ne3, mask_ne1, mask_ne2,
+                  scale, max_bias, softcap, 0);
 }
 
 static void cases_flash_attn(void) {
@@ -810,6 +901,13 @@ static void cases_flash_attn(void) {
     fa_case("fa_f32_kv", GGML_TYPE_F32, 32, 32, 5, 37, 8, 2, 1, 5, 1, s32, 0.0f, 1.5f);
     // n_q >= GGML_FA_TILE_Q (64): ggml's tiled path
     fa_case("fa_tiled", GGML_TYPE_F16, 32, 32, 64, 70, 4, 1, 1, 64, 1, s32, 0.0f, 0.0f);
+    // attention sinks (one per query head), GQA shapes
+    fa_sinks_case("fa_sinks_gqa", GGML_TYPE_F16, 32, 32, 5, 37, 8, 2, 1, 5, 1, s32, 0.0f, 0.0f, 1);
+    fa_sinks_case("fa_sinks_large", GGML_TYPE_F16, 32, 32, 3, 29, 8, 1, 1, 3, 1, s32, 0.0f, 0.0f, 2);
+    fa_sinks_case("fa_sinks_no_mask", GGML_TYPE_F16, 32, 32, 1, 33, 4, 4, 1, 0, 0, s32, 0.0f, 0.0f, 1);
+    fa_sinks_case("fa_sinks_f32_softcap", GGML_TYPE_F32, 32, 32, 4, 25, 6, 3, 1, 4, 1, 2.0f, 0.0f, 3.0f, 2);
+    fa_sinks_case("fa_sinks_alibi", GGML_TYPE_F16, 32, 32, 4, 37, 12, 3, 1, 4, 1, s32, 8.0f, 0.0f, 1);
+    fa_sinks_case("fa_sinks_tiled", GGML_TYPE_F16, 32, 32, 64, 70, 4, 2, 1, 64, 1, s32, 0.0f, 0.0f, 1);
 }
 
 int main(int argc, char ** argv) {
@@ -837,6 +935,7 @@ int main(int argc, char ** argv) {
     cases_norm();
     cases_soft_max();
     cases_rope();
+    cases_rope_multi();
     cases_mul_mat();
     cases_get_rows();
     cases_set_rows();

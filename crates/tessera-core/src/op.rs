@@ -127,6 +127,18 @@ pub enum RopeMode {
     Normal,
     /// Halves `(x[i], x[i + n_dims/2])` (ggml mode 2, GPT-NeoX, Qwen, ...).
     Neox,
+    /// Multi-section RoPE (ggml `GGML_ROPE_TYPE_MROPE`, 8, Qwen2-VL): NeoX
+    /// pairing; pair `i` takes its position from the stream of the section
+    /// `i % sum(sections)` falls in (contiguous sections t, h, w, e).
+    Mrope,
+    /// Vision RoPE (ggml `GGML_ROPE_TYPE_VISION`, 24): `n_dims = ne0 / 2`,
+    /// all `ne0` dimensions rotate as pairs `(x[i], x[i + n_dims])`, and each
+    /// section restarts the frequency sequence.
+    Vision,
+    /// Interleaved multi-section RoPE (ggml `GGML_ROPE_TYPE_IMROPE`, 40,
+    /// Qwen3-VL): like [`RopeMode::Mrope`], with the streams t, h, w
+    /// interleaved pair by pair.
+    Imrope,
 }
 
 impl RopeMode {
@@ -135,7 +147,34 @@ impl RopeMode {
         match self {
             RopeMode::Normal => 0,
             RopeMode::Neox => 2,
+            RopeMode::Mrope => 8,
+            RopeMode::Vision => 24,
+            RopeMode::Imrope => 40,
         }
+    }
+
+    /// The mode of ggml's integer `mode`, if it is one Tessera knows.
+    pub const fn from_ggml(mode: i32) -> Option<Self> {
+        match mode {
+            0 => Some(RopeMode::Normal),
+            2 => Some(RopeMode::Neox),
+            8 => Some(RopeMode::Mrope),
+            24 => Some(RopeMode::Vision),
+            40 => Some(RopeMode::Imrope),
+            _ => None,
+        }
+    }
+
+    /// A multi-section mode (ggml's `mode & GGML_ROPE_TYPE_MROPE`): four
+    /// positions per token and `sections`.
+    pub const fn is_multi(self) -> bool {
+        matches!(self, RopeMode::Mrope | RopeMode::Vision | RopeMode::Imrope)
+    }
+
+    /// Pairs `(x[i], x[i + n_dims/2])` or, for vision, `(x[i], x[i + n_dims])`
+    /// (everything but [`RopeMode::Normal`]).
+    pub const fn is_neox_like(self) -> bool {
+        !matches!(self, RopeMode::Normal)
     }
 }
 
@@ -160,6 +199,10 @@ pub struct RopeParams {
     pub beta_fast: f32,
     /// YaRN high correction dimension parameter.
     pub beta_slow: f32,
+    /// Multi-section modes only (ggml's `sections[4]` of `ggml_rope_multi`):
+    /// the number of rotated pairs taking their position from the t, h, w
+    /// and e streams; ignored (and zero by convention) otherwise.
+    pub sections: [u32; 4],
 }
 
 impl RopeParams {
@@ -175,6 +218,24 @@ impl RopeParams {
             attn_factor: 1.0,
             beta_fast: 32.0,
             beta_slow: 1.0,
+            sections: [0; 4],
+        }
+    }
+
+    /// Multi-section RoPE (`ggml_rope_multi`) with `sections`, no scaling.
+    pub fn multi(n_dims: usize, mode: RopeMode, sections: [u32; 4], freq_base: f32) -> Self {
+        RopeParams {
+            sections,
+            ..RopeParams::new(n_dims, mode, freq_base)
+        }
+    }
+
+    /// The number of rotated dimension pairs the cos/sin of one token cover:
+    /// `n_dims / 2`, or `n_dims` (= `ne0 / 2`) for [`RopeMode::Vision`].
+    pub const fn n_pairs(&self) -> usize {
+        match self.mode {
+            RopeMode::Vision => self.n_dims,
+            _ => self.n_dims / 2,
         }
     }
 }
@@ -271,14 +332,17 @@ pub enum Op {
     /// `src0 + src1[:, ids]`: F32 `a` `[ne0, ne1, ne2]` plus the row of the
     /// F32 `b` `[ne0, n_as]` that the I32 `ids[i1, i2]` (`src2`) selects.
     AddId,
-    /// Row softmax of `src0 * scale + slope * mask` (mask `src1` optional).
+    /// Row softmax of `src0 * scale + slope * mask` (mask `src1` optional),
+    /// with optional attention sinks `src2` (F32, one logit per head = dim 2,
+    /// added to the denominator only: ggml's `ggml_soft_max_add_sinks`).
     SoftMax {
         /// Logit scale.
         scale: f32,
         /// ALiBi maximum bias (0 = no ALiBi).
         max_bias: f32,
     },
-    /// Rotary position embedding at positions `src1` (freq factors `src2` optional).
+    /// Rotary position embedding at positions `src1` (freq factors `src2`
+    /// optional); multi-section modes read four positions per token.
     Rope(RopeParams),
     /// Element-wise function.
     Unary(UnaryOp),
@@ -307,7 +371,10 @@ pub enum Op {
     Argmax,
     /// Sum of each row.
     SumRows,
-    /// Fused attention `softmax(scale * q k^T + slope * mask) v` (q, k, v, mask optional).
+    /// Fused attention `softmax(scale * q k^T + slope * mask) v` (q, k, v, mask
+    /// optional, sinks `src4` optional: one F32 logit per query head that
+    /// joins the softmax's maximum and sum but adds no value row, ggml's
+    /// `ggml_flash_attn_ext_add_sinks`).
     FlashAttnExt {
         /// Logit scale.
         scale: f32,

@@ -11,7 +11,7 @@
 use tessera::{DType, Graph, Layout, MAX_SRC, Op, TensorId};
 
 use crate::kernels::elem::elem_align;
-use crate::kernels::{attention, matmul};
+use crate::kernels::{attention, matmul, rope};
 
 /// Can the CPU compute node `id` of `graph`? Leaves and views (RESHAPE,
 /// VIEW, PERMUTE, TRANSPOSE) need no compute and are supported.
@@ -135,10 +135,11 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
         (Op::RmsNorm { .. } | Op::Norm { .. }, Some(a), _, _) => {
             a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
         }
-        (Op::SoftMax { .. }, Some(a), mask, None) => {
+        (Op::SoftMax { .. }, Some(a), mask, sinks) => {
             a.dtype == DType::F32
                 && d.dtype == DType::F32
                 && a.ne == d.ne
+                && sinks.is_none_or(|s| sinks_ok(s, a.ne[2]))
                 && mask.is_none_or(|m| {
                     matches!(m.dtype, DType::F16 | DType::F32)
                         && m.ne[0] == a.ne[0]
@@ -156,11 +157,8 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
                 && a.nb[0] == a.dtype.type_size()
                 && d.nb[0] == d.dtype.type_size()
                 && pos.dtype == DType::I32
-                && pos.ne[0] >= a.ne[2]
-                && p.n_dims > 0
-                && p.n_dims.is_multiple_of(2)
-                && p.n_dims <= a.ne[0]
-                && ff.is_none_or(|f| f.dtype == DType::F32 && f.ne[0] >= p.n_dims / 2)
+                && rope::multi_fits(p, a.ne, pos.ne[0])
+                && ff.is_none_or(|f| f.dtype == DType::F32 && f.ne[0] >= p.n_pairs())
         }
         (Op::Concat { dim }, Some(a), Some(b), _) => {
             let dim = usize::from(*dim);
@@ -218,9 +216,15 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<&Layout>; MAX_SRC]) -> bo
             d.dtype == DType::F32
                 && d.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]
                 && attention::flash_attn_supported(q, k, v, src[3])
+                && src[4].is_none_or(|s| sinks_ok(s, q.ne[2]))
         }
         _ => false,
     }
+}
+
+/// Attention sinks: a contiguous F32 vector of one logit per head.
+fn sinks_ok(s: &Layout, n_head: usize) -> bool {
+    s.dtype == DType::F32 && s.ne == [n_head, 1, 1, 1] && s.is_contiguous()
 }
 
 /// An extent `nb` repeats a whole number of times in `na` (no division in

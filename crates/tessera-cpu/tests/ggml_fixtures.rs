@@ -5,8 +5,9 @@
 //!
 //! Why: the CPU kernels and the conformance harness's f64 reference were
 //! both written from descriptions of ggml's semantics; a misreading shared by
-//! both (ROPE modes and YaRN, GLU halves, SOFT_MAX mask broadcasting and
-//! ALiBi, FLASH_ATTN_EXT layout and softcap, GET_ROWS/SET_ROWS indexing, CPY
+//! both (ROPE modes and YaRN, the multi-section ROPE modes' stream choice,
+//! GLU halves, SOFT_MAX mask broadcasting, ALiBi and sinks, FLASH_ATTN_EXT
+//! layout, softcap and sinks, GET_ROWS/SET_ROWS indexing, CPY
 //! element order, broadcasting, ARGMAX ties) passes both; it fails here.
 //! Source references (`ggml-cpu/ops.cpp:296`, ...) are to `ggml/src` of the
 //! llama-cpp-python 0.3.36 sdist (ggml 0.25.3) the fixtures were made from.
@@ -24,6 +25,10 @@
 //! - one documented divergence: Q8_0 results of CPY and SET_ROWS may differ
 //!   from ggml's x86 CPU backend at exact rounding ties, and only there (see
 //!   [`q8_0_tie_rule`]).
+//!
+//! The attention-sink and multi-section ROPE cases also run on the f64
+//! reference device ([`attention_ext_on_the_reference_device`]); the wgpu
+//! crate checks its kernels on them (`tessera-wgpu/tests/ggml_fixtures_attention.rs`).
 //!
 //! A mismatch prints the case, its parameters, the worst element (index,
 //! Tessera's value, ggml's value) and the metric. `cargo test -p tessera-cpu
@@ -150,7 +155,11 @@ fn build(case: &Case) -> tessera::Result<Built> {
         "soft_max" => {
             let a = arg(&mut g, "a")?;
             let mask = opt(&mut g, "mask")?;
-            g.soft_max_ext(a, mask, case.f32("scale"), case.f32("max_bias"))?
+            let (scale, max_bias) = (case.f32("scale"), case.f32("max_bias"));
+            match opt(&mut g, "sinks")? {
+                Some(s) => g.soft_max_ext_sinks(a, mask, s, scale, max_bias)?,
+                None => g.soft_max_ext(a, mask, scale, max_bias)?,
+            }
         }
         "rope" => {
             let a = arg(&mut g, "a")?;
@@ -211,15 +220,12 @@ fn build(case: &Case) -> tessera::Result<Built> {
             let k = arg(&mut g, "k")?;
             let v = arg(&mut g, "v")?;
             let mask = opt(&mut g, "mask")?;
-            g.flash_attn_ext(
-                q,
-                k,
-                v,
-                mask,
-                case.f32("scale"),
-                case.f32("max_bias"),
-                case.f32("softcap"),
-            )?
+            let (scale, max_bias) = (case.f32("scale"), case.f32("max_bias"));
+            let softcap = case.f32("softcap");
+            match opt(&mut g, "sinks")? {
+                Some(s) => g.flash_attn_ext_sinks(q, k, v, mask, s, scale, max_bias, softcap)?,
+                None => g.flash_attn_ext(q, k, v, mask, scale, max_bias, softcap)?,
+            }
         }
         other => panic!("{}: no builder for op '{other}'", case.name),
     };
@@ -250,11 +256,8 @@ fn glu_op(case: &Case) -> GluOp {
 fn rope_params(case: &Case) -> RopeParams {
     RopeParams {
         n_dims: case.int("n_dims") as usize,
-        mode: match case.int("mode") {
-            0 => RopeMode::Normal,
-            2 => RopeMode::Neox,
-            m => panic!("{}: rope mode {m}", case.name),
-        },
+        mode: RopeMode::from_ggml(case.int("mode") as i32)
+            .unwrap_or_else(|| panic!("{}: rope mode {}", case.name, case.int("mode"))),
         n_ctx_orig: case.int("n_ctx_orig") as usize,
         freq_base: case.f32("freq_base"),
         freq_scale: case.f32("freq_scale"),
@@ -262,14 +265,23 @@ fn rope_params(case: &Case) -> RopeParams {
         attn_factor: case.f32("attn_factor"),
         beta_fast: case.f32("beta_fast"),
         beta_slow: case.f32("beta_slow"),
+        sections: match case.list("sections") {
+            Some(s) => [s[0], s[1], s[2], s[3]].map(|x| x as u32),
+            None => [0; 4],
+        },
     }
 }
 
 // ---------------------------------------------------------------------------
 // Running on the CPU device
 
-/// Tessera's output bytes for `case`.
+/// Tessera's output bytes for `case` on the CPU device.
 fn run(case: &Case) -> Result<Vec<u8>, String> {
+    run_on(case, tessera_cpu::device().as_ref())
+}
+
+/// Tessera's output bytes for `case` on `dev`.
+fn run_on(case: &Case, dev: &dyn Device) -> Result<Vec<u8>, String> {
     let b = build(case).map_err(|e| format!("Tessera's builder rejects it: {e}"))?;
     let out_layout = b.graph.layout(b.out).unwrap();
     let want = &case.output;
@@ -279,11 +291,11 @@ fn run(case: &Case) -> Result<Vec<u8>, String> {
             out_layout.dtype, out_layout.ne, want.dtype, want.ne
         ));
     }
-    let dev = tessera_cpu::device();
     for id in b.graph.op_ids() {
         if !b.graph.node(id).unwrap().op.is_view() && !dev.supports_op(&b.graph, id) {
             return Err(format!(
-                "the CPU device does not support {} ({})",
+                "the {} device does not support {} ({})",
+                dev.name(),
                 b.graph.node(id).unwrap().op.name(),
                 b.graph.node(id).unwrap().layout
             ));
@@ -617,9 +629,20 @@ fn q8_0_tie_rule(case: &Case, got: &[u8]) -> Result<usize, String> {
 
 /// Run every case whose op is one of `ops`; panic with all failures.
 fn check_ops(ops: &[&str]) {
+    check_cases(&|c: &Case| ops.contains(&c.op.as_str()), run);
+}
+
+/// Compare the cases `pick` selects, computed by `run`, with ggml's results.
+fn check_cases(pick: &dyn Fn(&Case) -> bool, run: impl Fn(&Case) -> Result<Vec<u8>, String>) {
+    let mut ops: Vec<&str> = cases()
+        .iter()
+        .filter(|c| pick(c))
+        .map(|c| c.op.as_str())
+        .collect();
+    ops.dedup();
     let mut failures = Vec::new();
     let mut n = 0;
-    for case in cases().iter().filter(|c| ops.contains(&c.op.as_str())) {
+    for case in cases().iter().filter(|c| pick(c)) {
         n += 1;
         match run(case).and_then(|got| compare(case, &got)) {
             Ok(line) => println!("ok    {:<28} {line}", case.name),
@@ -753,6 +776,22 @@ fn argmax_sum_rows() {
 #[test]
 fn flash_attn_ext() {
     check_ops(&["flash_attn_ext"]);
+}
+
+/// The attention sinks and multi-section ROPE cases.
+fn attention_ext_case(c: &Case) -> bool {
+    c.has_input("sinks") || c.param("sections").is_some()
+}
+
+/// The conformance harness compares every device with the f64 reference
+/// device; here the reference itself meets ggml on the attention sinks and
+/// multi-section ROPE cases (same tolerances as the CPU).
+#[test]
+fn attention_ext_on_the_reference_device() {
+    let n = cases().iter().filter(|c| attention_ext_case(c)).count();
+    assert_eq!(n, 22, "sinks + multi-section ROPE fixture cases");
+    let dev = tessera_testkit::ReferenceDevice::new();
+    check_cases(&attention_ext_case, |c| run_on(c, dev.as_ref()));
 }
 
 /// The tie cases really contain values on which ggml's x86 CPU backend and

@@ -220,13 +220,23 @@ fn every_op_function_and_type_is_covered() {
             }
         })
         .collect();
-    assert_eq!(rope_modes.len(), 2);
+    // Normal, NeoX and the multi-section modes (M-RoPE, vision, interleaved).
+    assert_eq!(rope_modes, BTreeSet::from([0, 2, 8, 24, 40]));
     let fa: Vec<_> = nodes
         .iter()
         .filter(|(op, ..)| op.name() == "FLASH_ATTN_EXT")
         .collect();
+    // Without and with a mask, and with sinks (src 4).
     assert!(
-        fa.iter().any(|(_, _, s, _)| s.len() == 3) && fa.iter().any(|(_, _, s, _)| s.len() == 4)
+        fa.iter().any(|(_, _, s, _)| s.len() == 3)
+            && fa.iter().any(|(_, _, s, _)| s.len() == 4)
+            && fa.iter().any(|(_, _, s, _)| s.len() == 5)
+    );
+    // SOFT_MAX with sinks (src 2).
+    assert!(
+        nodes
+            .iter()
+            .any(|(op, _, s, _)| op.name() == "SOFT_MAX" && s.len() == 3)
     );
     assert!(
         fa.iter()

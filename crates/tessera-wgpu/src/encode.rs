@@ -13,8 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use tessera::{
-    AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, RopeMode, SortOrder,
-    TensorId,
+    AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, SortOrder, TensorId,
 };
 
 use crate::batch::{Batch, WG};
@@ -86,7 +85,7 @@ const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
-const SRC_NAMES: [&str; 4] = ["s0", "s1", "s2", "s3"];
+const SRC_NAMES: [&str; 5] = ["s0", "s1", "s2", "s3", "s4"];
 
 /// A tensor resolved to device memory.
 #[derive(Clone, Debug)]
@@ -286,7 +285,7 @@ fn encode_node(
         return Ok(());
     };
     let mut srcs: Vec<Option<Operand>> = Vec::new();
-    for s in node.srcs.iter().take(4) {
+    for s in node.srcs.iter().take(SRC_NAMES.len()) {
         srcs.push(match s {
             Some(s) => operand(core, graph, placement, *s)?,
             None => None,
@@ -436,7 +435,7 @@ fn encode_node(
         }
         Op::L2Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = 5;
             call.params.fp[0] = eps;
             rows(batch, core, call, &a.layout)
@@ -473,7 +472,7 @@ fn encode_node(
         }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = if matches!(node.op, Op::RmsNorm { .. }) {
                 0
             } else {
@@ -484,15 +483,16 @@ fn encode_node(
         }
         Op::SumRows | Op::Argmax => {
             let a = src(0).ok_or_else(missing)?;
-            let mut call = Call::new(&dst, &[Some(a), None])?;
+            let mut call = Call::new(&dst, &[Some(a), None, None])?;
             call.params.iu[0] = if node.op == Op::SumRows { 2 } else { 4 };
             rows(batch, core, call, &a.layout)
         }
         Op::SoftMax { scale, max_bias } => {
             let a = src(0).ok_or_else(missing)?;
             let mask = src(1);
-            let mut call = Call::new(&dst, &[Some(a), mask])?;
-            call.params.iu = [3, u32::from(mask.is_some()), 0, 0];
+            let sinks = src(2);
+            let mut call = Call::new(&dst, &[Some(a), mask, sinks])?;
+            call.params.iu = [3, u32::from(mask.is_some()), u32::from(sinks.is_some()), 0];
             call.params.fp = [scale, max_bias, 0.0, 0.0];
             rows(batch, core, call, &a.layout)
         }
@@ -501,11 +501,12 @@ fn encode_node(
             let pos = src(1).ok_or_else(missing)?;
             let ff = src(2);
             let mut call = Call::new(&dst, &[Some(a), Some(pos), ff])?;
-            let mode = match p.mode {
-                RopeMode::Normal => 0,
-                RopeMode::Neox => 2,
-            };
-            call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), 0];
+            let mode = p.mode.ggml_mode() as u32;
+            let pairs = p.n_pairs() as u32;
+            call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), pairs];
+            if p.mode.is_multi() {
+                call.params.iu2 = p.sections;
+            }
             let theta_scale = f64::from(p.freq_base).powf(-2.0 / p.n_dims as f64);
             let corr = yarn_corr_dims(&p);
             let mscale_ext =
@@ -517,7 +518,7 @@ fn encode_node(
                 p.attn_factor,
             ];
             call.params.fp2 = [corr[0] as f32, corr[1] as f32, mscale_ext as f32, 0.0];
-            let per_row = p.n_dims / 2 + (a.layout.ne[0] - p.n_dims);
+            let per_row = p.n_pairs() + (a.layout.ne[0] - 2 * p.n_pairs());
             let items = per_row
                 .checked_mul(a.layout.nrows())
                 .ok_or_else(|| Error::Overflow("ROPE work items".into()))?;
@@ -548,10 +549,17 @@ fn encode_node(
             let k = src(1).ok_or_else(missing)?;
             let v = src(2).ok_or_else(missing)?;
             let mask = src(3);
-            let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask])?;
+            let sinks = src(4);
+            let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask, sinks])?;
             call.params.iu[0] = u32::from(mask.is_some());
             call.params.iu[1] = u32::from(k.layout.dtype == DType::Q8_0);
             call.params.iu[2] = u32::from(v.layout.dtype == DType::Q8_0);
+            // Sinks (src4): the parameter block holds four sources' layouts,
+            // and the sinks need only their offset (contiguous f32).
+            call.params.iu[3] = u32::from(sinks.is_some());
+            if let Some(s) = sinks {
+                call.params.iu2[0] = crate::params::u32_of(s.offset, "a tensor offset")?;
+            }
             call.params.fp = [scale, max_bias, logit_softcap, 0.0];
             let groups = q.layout.nrows();
             let params = call.params;
@@ -561,7 +569,9 @@ fn encode_node(
     }
 }
 
-/// Record a one-workgroup-per-row kernel over the rows of `a`.
+/// Record a one-workgroup-per-row kernel over the rows of `a`. Every
+/// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
+/// unused ones bound to a placeholder): the shader names all three.
 fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())

@@ -146,10 +146,11 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
         (Op::RmsNorm { .. } | Op::Norm { .. }, Some(a), _, _) => {
             a.dtype == DType::F32 && d.dtype == DType::F32 && a.ne == d.ne
         }
-        (Op::SoftMax { .. }, Some(a), mask, None) => {
+        (Op::SoftMax { .. }, Some(a), mask, sinks) => {
             a.dtype == DType::F32
                 && d.dtype == DType::F32
                 && a.ne == d.ne
+                && sinks.is_none_or(|s| sinks_ok(s, a.ne[2]))
                 && mask.is_none_or(|m| {
                     matches!(m.dtype, DType::F16 | DType::F32)
                         && m.ne[0] == a.ne[0]
@@ -165,11 +166,8 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
                 && d.dtype == a.dtype
                 && d.ne == a.ne
                 && pos.dtype == DType::I32
-                && pos.ne[0] >= a.ne[2]
-                && p.n_dims > 0
-                && p.n_dims % 2 == 0
-                && p.n_dims <= a.ne[0]
-                && ff.is_none_or(|f| f.dtype == DType::F32 && f.ne[0] >= p.n_dims / 2)
+                && rope_fits(p, a.ne, pos.ne[0])
+                && ff.is_none_or(|f| f.dtype == DType::F32 && f.ne[0] >= p.n_pairs())
         }
         (Op::Concat { dim }, Some(a), Some(b), _) => {
             let dim = usize::from(*dim);
@@ -240,9 +238,29 @@ pub fn op_supported(op: &Op, d: &Layout, src: &[Option<Layout>; MAX_SRC]) -> boo
             d.dtype == DType::F32
                 && d.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]]
                 && flash_attn_ok(q, k, v, src[3].as_ref())
+                && src[4].is_none_or(|s| sinks_ok(&s, q.ne[2]))
         }
         _ => false,
     }
+}
+
+/// Attention sinks: a contiguous F32 vector of one logit per head (read as
+/// `s4`/`s2` at `4 * head` bytes).
+fn sinks_ok(s: &Layout, n_head: usize) -> bool {
+    s.dtype == DType::F32 && s.ne == [n_head, 1, 1, 1] && s.is_contiguous()
+}
+
+/// ROPE's `n_dims`, positions (four per token in the multi-section modes)
+/// and sections, as the builder checks them.
+fn rope_fits(p: &tessera::RopeParams, ne: [usize; 4], n_pos: usize) -> bool {
+    let streams = if p.mode.is_multi() { 4 } else { 1 };
+    let s = p.sections.map(u64::from);
+    p.n_dims > 0
+        && p.n_dims.is_multiple_of(2)
+        && p.n_dims <= ne[0]
+        && ne[2].checked_mul(streams).is_some_and(|n| n_pos >= n)
+        && (!p.mode.is_multi() || (s[0] + s[1] + s[2] > 0 && s.iter().sum::<u64>() <= ne[0] as u64))
+        && (p.mode != tessera::RopeMode::Vision || 2 * p.n_dims == ne[0])
 }
 
 /// Rows of whole blocks, elements adjacent within a row.

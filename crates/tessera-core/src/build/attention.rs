@@ -1,11 +1,12 @@
-//! Attention ops: SOFT_MAX (with mask and ALiBi), ROPE, FLASH_ATTN_EXT.
+//! Attention ops: SOFT_MAX (with mask, ALiBi and sinks) and FLASH_ATTN_EXT
+//! (with mask, ALiBi, soft-capping and sinks). ROPE is in `rope.rs`.
 
 use super::{ensure, ensure_finite, ensure_type, shape};
 use crate::DType;
 use crate::error::Result;
 use crate::graph::{Graph, TensorId};
 use crate::layout::Layout;
-use crate::op::{Op, RopeParams};
+use crate::op::Op;
 
 impl Graph {
     /// Row softmax of `a` (F32).
@@ -21,6 +22,34 @@ impl Graph {
         &mut self,
         a: TensorId,
         mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
+        self.soft_max_impl(a, mask, None, scale, max_bias)
+    }
+
+    /// [`Graph::soft_max_ext`] with attention sinks (ggml's
+    /// `ggml_soft_max_ext` followed by `ggml_soft_max_add_sinks`): `sinks` is
+    /// a contiguous F32 vector of one logit per head (`a`'s dim 2). The sink
+    /// `s_h` of row `(i1, h, i3)` joins the row's maximum and adds
+    /// `exp(s_h - max)` to its sum; it is neither scaled nor masked, and
+    /// gets no output element.
+    pub fn soft_max_ext_sinks(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: TensorId,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
+        self.soft_max_impl(a, mask, Some(sinks), scale, max_bias)
+    }
+
+    fn soft_max_impl(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
         scale: f32,
         max_bias: f32,
     ) -> Result<TensorId> {
@@ -62,78 +91,15 @@ impl Graph {
                 "ALiBi (max_bias > 0) needs a mask".into()
             })?;
         }
-        let out = Layout::contiguous4(la.dtype, la.ne)?;
-        self.push_op(Op::SoftMax { scale, max_bias }, out, &[Some(a), mask])
-    }
-
-    /// Rotary position embedding of `a` (`[head_dim, n_head, n_tokens, ne3]`,
-    /// F32 or F16) at the I32 positions `pos` (`[n_tokens]`), with optional
-    /// per-frequency divisors `freq_factors` (F32, at least `n_dims / 2`).
-    pub fn rope(
-        &mut self,
-        a: TensorId,
-        pos: TensorId,
-        freq_factors: Option<TensorId>,
-        p: RopeParams,
-    ) -> Result<TensorId> {
-        let name = "ROPE";
-        let la = self.layout(a)?;
-        let lp = self.layout(pos)?;
-        ensure_type(name, "a", la.dtype, &[DType::F32, DType::F16])?;
-        ensure_type(name, "positions", lp.dtype, &[DType::I32])?;
-        ensure(
-            lp.ne[1] == 1 && lp.ne[2] == 1 && lp.ne[3] == 1 && lp.ne[0] == la.ne[2],
-            name,
-            || {
-                format!(
-                    "positions {} must be a vector with one entry per a's dim 2 ({})",
-                    shape(self, pos),
-                    la.ne[2]
-                )
-            },
-        )?;
-        ensure(
-            p.n_dims > 0 && p.n_dims.is_multiple_of(2) && p.n_dims <= la.ne[0],
-            name,
-            || {
-                format!(
-                    "n_dims = {} must be even, > 0 and <= ne0 = {}",
-                    p.n_dims, la.ne[0]
-                )
-            },
-        )?;
-        for (what, v) in [
-            ("freq_base", p.freq_base),
-            ("freq_scale", p.freq_scale),
-            ("ext_factor", p.ext_factor),
-            ("attn_factor", p.attn_factor),
-            ("beta_fast", p.beta_fast),
-            ("beta_slow", p.beta_slow),
-        ] {
-            ensure_finite(name, what, v)?;
+        if let Some(sk) = sinks {
+            self.check_sinks(name, sk, la.ne[2])?;
         }
-        ensure(p.freq_base > 0.0 && p.freq_scale > 0.0, name, || {
-            format!(
-                "freq_base = {} and freq_scale = {} must be positive",
-                p.freq_base, p.freq_scale
-            )
-        })?;
-        if let Some(ff) = freq_factors {
-            let lf = self.layout(ff)?;
-            ensure_type(name, "freq_factors", lf.dtype, &[DType::F32])?;
-            ensure(lf.ne[0] >= p.n_dims / 2 && lf.is_contiguous(), name, || {
-                format!(
-                    "freq_factors {} must be contiguous with at least n_dims/2 = {} entries",
-                    shape(self, ff),
-                    p.n_dims / 2
-                )
-            })?;
-        }
-        ensure(la.is_contiguous_rows(), name, || {
-            format!("a {} must have contiguous rows", shape(self, a))
-        })?;
         let out = Layout::contiguous4(la.dtype, la.ne)?;
-        self.push_op(Op::Rope(p), out, &[Some(a), Some(pos), freq_factors])
+        self.push_op(
+            Op::SoftMax { scale, max_bias },
+            out,
+            &[Some(a), mask, sinks],
+        )
     }
 
     /// Fused attention. `q` is F32 `[d, n_q, n_head, ne3]`; `k` is
@@ -149,6 +115,41 @@ impl Graph {
         k: TensorId,
         v: TensorId,
         mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+        logit_softcap: f32,
+    ) -> Result<TensorId> {
+        let qkv = [q, k, v];
+        self.flash_attn_impl(qkv, mask, None, scale, max_bias, logit_softcap)
+    }
+
+    /// [`Graph::flash_attn_ext`] with attention sinks (ggml's
+    /// `ggml_flash_attn_ext` followed by `ggml_flash_attn_ext_add_sinks`):
+    /// `sinks` is a contiguous F32 vector of one logit per query head (`q`'s
+    /// dim 2). The sink `s_h` joins the softmax's maximum and sum as one more
+    /// key whose value row is zero; it is neither scaled, soft-capped nor
+    /// masked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_ext_sinks(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        sinks: TensorId,
+        scale: f32,
+        max_bias: f32,
+        logit_softcap: f32,
+    ) -> Result<TensorId> {
+        let qkv = [q, k, v];
+        self.flash_attn_impl(qkv, mask, Some(sinks), scale, max_bias, logit_softcap)
+    }
+
+    fn flash_attn_impl(
+        &mut self,
+        [q, k, v]: [TensorId; 3],
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
         scale: f32,
         max_bias: f32,
         logit_softcap: f32,
@@ -226,6 +227,9 @@ impl Graph {
                 "ALiBi (max_bias > 0) needs a mask".into()
             })?;
         }
+        if let Some(sk) = sinks {
+            self.check_sinks(name, sk, lq.ne[2])?;
+        }
         let out = Layout::contiguous4(DType::F32, [lv.ne[0], lq.ne[2], lq.ne[1], lq.ne[3]])?;
         self.push_op(
             Op::FlashAttnExt {
@@ -234,7 +238,24 @@ impl Graph {
                 logit_softcap,
             },
             out,
-            &[Some(q), Some(k), Some(v), mask],
+            &[Some(q), Some(k), Some(v), mask, sinks],
+        )
+    }
+
+    /// Sinks: a contiguous F32 vector of `n_head` logits (ggml asserts
+    /// `sinks->ne[0] == a->ne[2]` and F32, and reads it as a plain array).
+    fn check_sinks(&self, name: &'static str, sinks: TensorId, n_head: usize) -> Result<()> {
+        let ls = self.layout(sinks)?;
+        ensure_type(name, "sinks", ls.dtype, &[DType::F32])?;
+        ensure(
+            ls.ne == [n_head, 1, 1, 1] && ls.is_contiguous(),
+            name,
+            || {
+                format!(
+                    "sinks {} must be a contiguous vector of one logit per head ({n_head})",
+                    shape(self, sinks)
+                )
+            },
         )
     }
 }

@@ -11,6 +11,7 @@ mod index;
 pub(crate) mod matmul;
 mod norm;
 mod rewrite;
+mod rope;
 pub(crate) mod shape;
 mod sort;
 mod tile;
@@ -116,6 +117,9 @@ const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests_attention;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests_more;

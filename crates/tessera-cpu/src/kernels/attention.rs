@@ -23,6 +23,12 @@
 //! accumulators, as ggml does). The computation of one group
 //! lives in [`super::attention_group`].
 //!
+//! Sinks (F32 `src4`, optional, one logit per query head; ggml's
+//! `ggml_flash_attn_ext_add_sinks`) join after the keys, as ggml does: with
+//! `s` the head's sink, `s > max` rescales the accumulators and the sum by
+//! `exp(max - s)` and adds 1 to the sum, otherwise `exp(s - max)` is added
+//! to the sum; no value row is added.
+//!
 //! Masked entries (`mask * slope == -inf`) and scores of `-inf` get weight 0,
 //! and a key masked for every row of a group is not read at all. A row with
 //! no other entry (fully masked) has a zero sum; ggml outputs zeros for it
@@ -146,6 +152,16 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         ));
     };
     let (q, k, v, mask) = (ctx.src(0)?, ctx.src(1)?, ctx.src(2)?, ctx.src[3]);
+    let sinks = ctx.src[4];
+    if let Some(s) = sinks {
+        let l = &s.layout;
+        if l.dtype != DType::F32 || l.ne[0] < q.ne(2) || s.nb(0) != 4 {
+            return Err(Error::op(
+                "FLASH_ATTN_EXT",
+                format!("sinks {l} must be F32 with one logit per head"),
+            ));
+        }
+    }
     check(
         &q.layout,
         &k.layout,
@@ -230,6 +246,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         k,
         v,
         mask,
+        sinks,
         dst: ctx.dst,
         dot,
         tile,

@@ -35,6 +35,8 @@ pub(crate) struct Group {
     pub k: TensorRef,
     pub v: TensorRef,
     pub mask: Option<TensorRef>,
+    /// One F32 logit per query head (contiguous), if any.
+    pub sinks: Option<TensorRef>,
     pub dst: TensorRef,
     pub dot: DotFn,
     pub tile: Option<TileFn>,
@@ -285,9 +287,22 @@ impl Group {
             );
         }
 
-        for (g, row) in st.iter().enumerate() {
-            let inv = if row.sum == 0.0 { 0.0 } else { 1.0 / row.sum };
+        for (g, row) in st.iter_mut().enumerate().take(ng) {
             let acc = &mut b.acc[g * dv..(g + 1) * dv];
+            if let Some(sk) = self.sinks {
+                // SAFETY: iq2 < n_head <= sinks ne0, contiguous f32 (checked
+                // by the kernel).
+                let s = unsafe { (sk.at(row.iq2, 0, 0, 0) as *const f32).read() };
+                if s > row.max {
+                    let ms = (row.max - s).exp();
+                    acc.iter_mut().for_each(|a| *a *= ms);
+                    row.sum = row.sum * ms + 1.0;
+                    row.max = s;
+                } else {
+                    row.sum += (s - row.max).exp();
+                }
+            }
+            let inv = if row.sum == 0.0 { 0.0 } else { 1.0 / row.sum };
             acc.iter_mut().for_each(|a| *a *= inv);
             // SAFETY: dst is contiguous f32 [dv, n_head, n_q, ne3]; row (iq2,
             // iq1, iq3) is in range, holds dv values, and belongs to this

@@ -248,7 +248,7 @@ pub fn scratch_size(op: &Op, dst: &Layout, src: &[Option<&Layout>; MAX_SRC], nth
         }
         (Op::TopK, Some(a), _, _) => sort::top_k_scratch_size(a.ne[0], nth),
         (Op::Rope(p), _, _, _) => {
-            nth.saturating_mul(per_thread_bytes(p.n_dims.saturating_mul(2), 4))
+            nth.saturating_mul(per_thread_bytes(p.n_pairs().saturating_mul(4), 4))
         }
         _ => 0,
     }

@@ -1,6 +1,6 @@
-//! ROPE: rotary position embedding, normal and NeoX pairing, with YaRN
-//! (ggml's `ggml_compute_forward_rope_flt`, `rope_yarn`,
-//! `ggml_rope_yarn_corr_dims`).
+//! ROPE: rotary position embedding, normal and NeoX pairing and the
+//! multi-section modes, with YaRN (ggml's `ggml_compute_forward_rope_flt`,
+//! `ggml_mrope_cache_init`, `rope_yarn`, `ggml_rope_yarn_corr_dims`).
 //!
 //! For row `(i1, i2, i3)` at position `p = pos[i2]` and pair `i` (`0 <= i <
 //! n_dims / 2`): `theta_i = p * theta_scale^i` with `theta_scale =
@@ -11,6 +11,17 @@
 //! scales the magnitude by `1 + 0.1 ln(1 / freq_scale)`; `attn_factor`
 //! always scales it. Normal mode rotates `(x[2i], x[2i+1])`, NeoX rotates
 //! `(x[i], x[i + n_dims/2])`; dimensions `n_dims..ne0` are copied through.
+//!
+//! Multi-section modes (`ggml_rope_multi`) read four positions per token
+//! (streams t, h, w, e at `pos[i2 + s * ne2]`) and keep four angles, each
+//! multiplied by `theta_scale` at every pair; pair `i` of section
+//! `sector = i % sum(sections)` takes its angle from one stream: M-RoPE by
+//! contiguous sections, interleaved M-RoPE (`sector % 3` within
+//! `3 * sections[..]`), vision by contiguous sections whose angles restart
+//! at each section's first pair. M-RoPE and interleaved M-RoPE rotate NeoX
+//! pairs over `n_dims`; vision rotates `(x[i], x[i + n_dims])` over all
+//! `ne0 = 2 n_dims` dimensions (the NeoX rotation over `ne0`).
+//!
 //! F32 and F16, computed in f32; rows must have contiguous elements (checked
 //! by `support`); in place works. Threads split the rows; each keeps a
 //! cos/sin cache per position in its part of the scratch (computed once
@@ -39,11 +50,8 @@ pub fn rope(ctx: &NodeCtx) -> Result<()> {
     let ok = x.layout.ne == ne
         && x.layout.dtype == d.layout.dtype
         && pos.layout.dtype == DType::I32
-        && pos.layout.ne[0] >= ne[2]
-        && p.n_dims.is_multiple_of(2)
-        && p.n_dims <= ne[0]
-        && ctx.src[2]
-            .is_none_or(|f| f.layout.dtype == DType::F32 && f.layout.ne[0] >= p.n_dims / 2);
+        && multi_fits(&p, ne, pos.layout.ne[0])
+        && ctx.src[2].is_none_or(|f| f.layout.dtype == DType::F32 && f.layout.ne[0] >= p.n_pairs());
     if !ok {
         return Err(Error::op(
             "ROPE",
@@ -55,6 +63,19 @@ pub fn rope(ctx: &NodeCtx) -> Result<()> {
         DType::F16 => run::<f16>(ctx, &x, &pos, &p),
         t => Err(Error::unsupported("CPU", format!("ROPE of {t}"))),
     }
+}
+
+/// The checks on `n_dims`, the positions' length `n_pos` and the sections
+/// that the kernel relies on (the builder's, restated for the device).
+pub fn multi_fits(p: &RopeParams, ne: [usize; 4], n_pos: usize) -> bool {
+    let streams = if p.mode.is_multi() { 4 } else { 1 };
+    let s = p.sections.map(u64::from);
+    p.n_dims > 0
+        && p.n_dims.is_multiple_of(2)
+        && p.n_dims <= ne[0]
+        && ne[2].checked_mul(streams).is_some_and(|n| n_pos >= n)
+        && (!p.mode.is_multi() || (s[0] + s[1] + s[2] > 0 && s.iter().sum::<u64>() <= ne[0] as u64))
+        && (p.mode != RopeMode::Vision || 2 * p.n_dims == ne[0])
 }
 
 /// ggml's `ggml_rope_yarn_corr_dims`: the first and last dimension of the
@@ -113,27 +134,88 @@ struct Angles<'a> {
     theta_scale: f32,
     factors: Option<TensorRef>,
     neox: bool,
+    /// Rotated pairs per row.
     h: usize,
+    /// Tokens (`ne2`): the stride between position streams.
+    ne2: usize,
 }
 
 /// The cos/sin cache of one position (`i2`), filled a few pairs at a time:
-/// `k` pairs done, `theta` the next pair's angle. The angles follow ggml's
-/// sequence exactly (repeated multiplication by `theta_scale` in f32).
+/// `k` pairs done, `theta` the next pair's angle per stream (t, h, w, e;
+/// only t outside the multi-section modes), `base` the streams' positions.
+/// The angles follow ggml's sequence exactly (repeated multiplication by
+/// `theta_scale` in f32, ggml's resets and stream choice).
 struct Fill {
     i2: usize,
     k: usize,
-    theta: f32,
+    theta: [f32; 4],
+    base: [f32; 4],
 }
 
 impl Fill {
-    fn start(pos: &TensorRef, i2: usize) -> Self {
-        // SAFETY: callers pass `i2 < ne2 <= pos.ne0` (checked by `rope`).
-        let position = unsafe { (pos.at(i2, 0, 0, 0) as *const i32).read() };
+    fn start(pos: &TensorRef, i2: usize, a: &Angles) -> Self {
+        let streams = if a.p.mode.is_multi() { 4 } else { 1 };
+        let mut base = [0.0f32; 4];
+        for (s, b) in base.iter_mut().enumerate().take(streams) {
+            // SAFETY: callers pass `i2 < ne2`, and `pos.ne0 >= streams * ne2`
+            // (checked by `rope`).
+            *b = unsafe { (pos.at(i2 + s * a.ne2, 0, 0, 0) as *const i32).read() } as f32;
+        }
         Fill {
             i2,
             k: 0,
-            theta: position as f32,
+            theta: base,
+            base,
         }
+    }
+
+    /// The angle of pair `k` (ggml's `ggml_mrope_cache_init` stream choice;
+    /// vision restarts a stream at its section's first pair).
+    fn angle(&mut self, k: usize, p: &RopeParams) -> f32 {
+        if !p.mode.is_multi() {
+            return self.theta[0];
+        }
+        let sec = p.sections.map(|s| s as usize);
+        let sect_dims = sec.iter().sum::<usize>().max(1);
+        let sec_w = sec[0] + sec[1];
+        let sec_e = sec_w + sec[2];
+        let sector = k % sect_dims;
+        if p.mode == RopeMode::Vision {
+            let reset = if sector == 0 {
+                Some(0)
+            } else if sector == sec[0] {
+                Some(1)
+            } else if sector == sec_w {
+                Some(2)
+            } else if sector == sec_e {
+                Some(3)
+            } else {
+                None
+            };
+            if let Some(r) = reset {
+                self.theta[r] = self.base[r];
+            }
+        }
+        let stream = if p.mode == RopeMode::Imrope {
+            if sector % 3 == 1 && sector < 3 * sec[1] {
+                1
+            } else if sector % 3 == 2 && sector < 3 * sec[2] {
+                2
+            } else if sector.is_multiple_of(3) && sector < 3 * sec[0] {
+                0
+            } else {
+                3
+            }
+        } else if sector >= sec[0] && sector < sec_w {
+            1
+        } else if sector >= sec_w && sector < sec_e {
+            2
+        } else if sector >= sec_e {
+            3
+        } else {
+            0
+        };
+        self.theta[stream]
     }
 
     /// Fill up to `count` more pairs into `cache` (`n_dims` f32: normal
@@ -145,11 +227,12 @@ impl Fill {
         let end = (self.k + count).min(a.h);
         for k in self.k..end {
             let factor = match a.factors {
-                // SAFETY: `k < n_dims / 2 <= ne0` of the factors (checked by `rope`).
+                // SAFETY: `k < n_pairs <= ne0` of the factors (checked by `rope`).
                 Some(f) => unsafe { (f.at(k, 0, 0, 0) as *const f32).read() },
                 None => 1.0,
             };
-            let (c, s) = rope_yarn(self.theta / factor, a.p, a.corr, 2 * k);
+            let theta = self.angle(k, a.p);
+            let (c, s) = rope_yarn(theta / factor, a.p, a.corr, 2 * k);
             let (ic, is) = if a.neox {
                 (k, a.h + k)
             } else {
@@ -160,7 +243,9 @@ impl Fill {
                 *cache.add(ic) = c;
                 *cache.add(is) = s;
             }
-            self.theta *= a.theta_scale;
+            for t in &mut self.theta {
+                *t *= a.theta_scale;
+            }
         }
         self.k = end;
     }
@@ -169,7 +254,8 @@ impl Fill {
 fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) -> Result<()> {
     let d = &ctx.dst;
     let ne = d.layout.ne;
-    let nd = p.n_dims;
+    // Rotated dimensions: n_dims, or ne0 = 2 n_dims for vision.
+    let nd = 2 * p.n_pairs();
     let h = nd / 2;
     let size = size_of::<T>();
     if x.nb(0) != size || d.nb(0) != size {
@@ -187,11 +273,18 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
     let mut caches = [base, unsafe { base.add(nd) }];
     let a = Angles {
         p,
-        corr: yarn_corr_dims(nd, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow),
-        theta_scale: p.freq_base.powf(-2.0 / nd as f32),
+        corr: yarn_corr_dims(
+            p.n_dims,
+            p.n_ctx_orig,
+            p.freq_base,
+            p.beta_fast,
+            p.beta_slow,
+        ),
+        theta_scale: p.freq_base.powf(-2.0 / p.n_dims as f32),
         factors: ctx.src[2],
-        neox: p.mode == RopeMode::Neox,
+        neox: p.mode.is_neox_like(),
         h,
+        ne2: ne[2],
     };
     let simd = Simd::new(ctx.isa);
     let chunk = h.div_ceil(ne[1].max(1)).max(1);
@@ -205,7 +298,7 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
                     caches.swap(0, 1);
                     f
                 }
-                _ => Fill::start(pos, i2),
+                _ => Fill::start(pos, i2, &a),
             };
             // SAFETY: each cache holds `n_dims = 2h` f32.
             unsafe { f.step(caches[0], h, &a) };
@@ -214,7 +307,7 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
             // position comes (`i2 + 1`, or 0 of the next `i3`).
             let after = left.saturating_sub(ne[1] - i1);
             let following = (i2 + 1) % ne[2];
-            next = (after > 0 && following != i2).then(|| Fill::start(pos, following));
+            next = (after > 0 && following != i2).then(|| Fill::start(pos, following, &a));
         }
         // SAFETY: in-range rows; contiguous aligned elements of `T`.
         let (src, dst) = unsafe { (x.row(i1, i2, i3) as *const T, d.row(i1, i2, i3) as *mut T) };

@@ -10,7 +10,11 @@
 //!   otherwise `slope = 1`.
 //! - The maximum uses ggml's `MAX(max, w)` (`max > w ? max : w`), the sum of
 //!   exponentials is accumulated in f64 and the row scaled by `(f32)(1/sum)`.
-//! - A row whose every logit is `-inf` (fully masked) becomes NaN, exactly as
+//! - Sinks (F32 `src2`, optional, one per head `i2`; ggml's
+//!   `ggml_soft_max_add_sinks`): `max = MAX(max, sink)` after the row's
+//!   maximum, and `(f64) expf(sink - max)` joins the sum after the row's
+//!   exponentials; the sink is not scaled, masked nor output.
+//! - A row whose every logit is `-inf` (fully masked, no sink) becomes NaN, exactly as
 //!   in ggml (`exp(-inf - -inf)` is NaN); a row with at least one finite
 //!   logit gets exact zeros at the `-inf` entries.
 //!
@@ -45,6 +49,17 @@ pub fn soft_max(ctx: &NodeCtx) -> Result<()> {
             ),
         ));
     }
+    let sinks = ctx.src[2];
+    if let Some(s) = sinks {
+        let l = &s.layout;
+        if l.dtype != DType::F32 || l.ne[0] < d.layout.ne[2] || s.nb(0) != 4 {
+            return Err(Error::op(
+                "SOFT_MAX",
+                format!("sinks {l} must be F32 with one logit per head"),
+            ));
+        }
+    }
+    let x = Src { x, sinks };
     match ctx.src[1] {
         None => run::<f32>(ctx, &x, None, scale, max_bias),
         Some(m) => {
@@ -83,13 +98,20 @@ pub fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
     }
 }
 
+/// The input and the optional sinks.
+struct Src {
+    x: TensorRef,
+    sinks: Option<TensorRef>,
+}
+
 fn run<M: Float>(
     ctx: &NodeCtx,
-    x: &TensorRef,
+    src: &Src,
     mask: Option<TensorRef>,
     scale: f32,
     max_bias: f32,
 ) -> Result<()> {
+    let x = &src.x;
     let d = &ctx.dst;
     let ne = d.layout.ne;
     let n = ne[0];
@@ -100,6 +122,10 @@ fn run<M: Float>(
     let mut it = rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne).peekable();
     while let Some((i1, i2, i3)) = it.next() {
         let slope = alibi_slope(max_bias, i2, ne[2]);
+        // SAFETY: `i2 < ne2 <= sinks.ne0`, contiguous f32 (checked above).
+        let sink = src
+            .sinks
+            .map(|s| unsafe { (s.at(i2, 0, 0, 0) as *const f32).read() });
         // SAFETY: in-range rows; the mask row indices are reduced modulo its
         // extents and `i1 < ne1 <= mask.ne1` (checked above).
         let (xr, yr) = unsafe { (x.row(i1, i2, i3) as *const u8, d.row(i1, i2, i3)) };
@@ -124,8 +150,14 @@ fn run<M: Float>(
             // contiguous elements of its type, `mask.ne0 == ne0`); `yp`
             // equals `xp` or does not overlap it (executor contract).
             unsafe {
-                let max = simd.softmax_scale_max(yp, xp, scale, m, n);
-                let sum = simd.exp_sub_sum(yp, max, n, pf);
+                let mut max = simd.softmax_scale_max(yp, xp, scale, m, n);
+                if let Some(sk) = sink {
+                    max = if max > sk { max } else { sk };
+                }
+                let mut sum = simd.exp_sub_sum(yp, max, n, pf);
+                if let Some(sk) = sink {
+                    sum += f64::from((sk - max).exp());
+                }
                 simd.sub_scale(yp, yp, 0.0, (1.0 / sum) as f32, n, Prefetch::NONE);
             }
             continue;
@@ -151,11 +183,17 @@ fn run<M: Float>(
             put(i, w);
             max = if max > w { max } else { w };
         }
+        if let Some(sk) = sink {
+            max = if max > sk { max } else { sk };
+        }
         let mut sum = 0.0f64;
         for i in 0..n {
             let e = (get(i) - max).exp();
             sum += f64::from(e);
             put(i, e);
+        }
+        if let Some(sk) = sink {
+            sum += f64::from((sk - max).exp());
         }
         let inv = (1.0 / sum) as f32;
         for i in 0..n {

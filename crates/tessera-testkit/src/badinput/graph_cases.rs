@@ -46,7 +46,7 @@ pub(super) struct Spec {
     pub(super) layout: Layout,
 }
 
-pub(super) const KINDS: [&str; 51] = [
+pub(super) const KINDS: [&str; 54] = [
     "dup",
     "cont",
     "cpy",
@@ -98,6 +98,9 @@ pub(super) const KINDS: [&str; 51] = [
     "pad_ext",
     "argsort",
     "top_k",
+    "soft_max_sinks",
+    "rope_multi",
+    "flash_attn_sinks",
 ];
 
 pub(super) fn spec() -> impl Strategy<Value = Spec> {
@@ -304,9 +307,20 @@ pub(super) fn apply(
                 attn_factor: f3,
                 beta_fast: 32.0,
                 beta_slow: 1.0,
+                sections: [0; 4],
             };
             g.rope(a, b, opt(e3 % 2 == 0, c), p)?
         }
+        "rope_multi" => {
+            let mode = [RopeMode::Mrope, RopeMode::Vision, RopeMode::Imrope][e3 % 3];
+            let sections = [e1, e2, e3, e0].map(|e| e.min(u32::MAX as usize) as u32);
+            let mut p = RopeParams::multi(e0, mode, sections, f0);
+            p.freq_scale = f1;
+            p.ext_factor = f2;
+            g.rope(a, b, opt(s.flag, c), p)?
+        }
+        "soft_max_sinks" => g.soft_max_ext_sinks(a, opt(s.flag, b), c, f0, f1)?,
+        "flash_attn_sinks" => g.flash_attn_ext_sinks(a, b, c, opt(s.flag, d), d, f0, f1, f2)?,
         "flash_attn_ext" => g.flash_attn_ext(a, b, c, opt(s.flag, d), f0, f1, f2)?,
         "mul_mat" => g.mul_mat(a, b)?,
         "new_leaf" => g.new_leaf(s.layout)?,

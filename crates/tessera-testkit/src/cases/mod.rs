@@ -14,6 +14,7 @@
 //! other crates (the CLI, GPU tests) can filter and iterate.
 
 mod attention;
+mod attention_ext;
 mod copy;
 mod elementwise;
 mod index;
@@ -223,6 +224,7 @@ pub fn catalogue() -> Vec<Case> {
     matmul::cases(&mut v);
     moe::cases(&mut v);
     attention::cases(&mut v);
+    attention_ext::cases(&mut v);
     v
 }
 

@@ -6,7 +6,8 @@
 //! where `softcap(x) = c * tanh(x / c)` when `logit_softcap = c > 0`, keys whose
 //! masked bias is `-inf` are skipped, and the output `softmax(s) . V` goes to
 //! `dst[:, iq2, iq1, iq3]` (`[dv, n_head, n_q, ne3]`, heads and queries swapped
-//! as in ggml). Computed in f64 from the stored K/V values and the exact Q
+//! as in ggml). Sinks (optional, one logit per query head) join the maximum
+//! and the sum as a key with a zero value row. Computed in f64 from the stored K/V values and the exact Q
 //! (a device may round Q to K's type first; the 5e-4 tolerance covers that).
 
 use tessera::{Error, Result};
@@ -34,6 +35,28 @@ pub fn flash_attn_ext(
     mask: Option<&Dense>,
     p: AttnParams,
 ) -> Result<Dense> {
+    flash_attn_ext_sinks(q, k, v, mask, None, p)
+}
+
+/// [`flash_attn_ext`] with attention sinks (ggml's
+/// `ggml_flash_attn_ext_add_sinks`): `sinks` holds one logit per query head.
+pub fn flash_attn_ext_sinks(
+    q: &Dense,
+    k: &Dense,
+    v: &Dense,
+    mask: Option<&Dense>,
+    sinks: Option<&Dense>,
+    p: AttnParams,
+) -> Result<Dense> {
+    if let Some(s) = sinks.filter(|s| s.data.len() != q.ne[2]) {
+        return Err(Error::op(
+            "FLASH_ATTN_EXT",
+            format!(
+                "sinks {:?} must hold one logit per head of q {:?}",
+                s.ne, q.ne
+            ),
+        ));
+    }
     let (d, n_q, n_head, ne3) = (q.ne[0], q.ne[1], q.ne[2], q.ne[3]);
     let (n_kv, n_kv_head, dv) = (k.ne[1], k.ne[2], v.ne[0]);
     let fits = k.ne[0] == d
@@ -93,9 +116,13 @@ pub fn flash_attn_ext(
                     s[j] = x + mv;
                     max = max.max(s[j]);
                 }
+                let sink = sinks.map(|sk| sk.data[iq2]);
+                if let Some(sk) = sink {
+                    max = max.max(sk);
+                }
                 let start = out.flat([0, iq2, iq1, iq3]);
                 let o = &mut out.data[start..start + dv];
-                let mut sum = 0.0;
+                let mut sum = sink.map_or(0.0, |sk| (sk - max).exp());
                 for j in (0..n_kv).filter(|&j| keep[j]) {
                     let w = (s[j] - max).exp();
                     sum += w;
@@ -171,5 +198,22 @@ mod tests {
         }
         let bad = d([1, 2, 3, 1], &[1.0; 6]);
         assert!(flash_attn_ext(&q, &bad, &bad, None, PLAIN).is_err());
+    }
+
+    #[test]
+    fn sinks_weigh_a_zero_value_row() {
+        // One key with score 0 and value 2, sink 0: 2 * 1 / (1 + 1).
+        let q = d([1, 1, 1, 1], &[0.0]);
+        let k = d([1, 1, 1, 1], &[1.0]);
+        let v = d([1, 1, 1, 1], &[2.0]);
+        let sk = d([1, 1, 1, 1], &[0.0]);
+        let o = flash_attn_ext_sinks(&q, &k, &v, None, Some(&sk), PLAIN).unwrap();
+        assert!((o.data[0] - 1.0).abs() < 1e-15, "{:?}", o.data);
+        // A fully masked row with a sink is zero (ggml: S = 1, no values).
+        let m = d([1, 1, 1, 1], &[f64::NEG_INFINITY]);
+        let o = flash_attn_ext_sinks(&q, &k, &v, Some(&m), Some(&sk), PLAIN).unwrap();
+        assert_eq!(o.data, vec![0.0]);
+        let two = d([2, 1, 1, 1], &[0.0, 0.0]);
+        assert!(flash_attn_ext_sinks(&q, &k, &v, None, Some(&two), PLAIN).is_err());
     }
 }

@@ -104,9 +104,10 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         Op::MulMat => matmul::mul_mat(&load(mem, 0)?, &load(mem, 1)?)?,
         Op::MulMatId => matmul::mul_mat_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
         Op::AddId => matmul::add_id(&load(mem, 0)?, &load(mem, 1)?, &load(mem, 2)?)?,
-        Op::SoftMax { scale, max_bias } => rows::soft_max(
+        Op::SoftMax { scale, max_bias } => rows::soft_max_sinks(
             &load(mem, 0)?,
             load_opt(mem, 1)?.as_ref(),
+            load_opt(mem, 2)?.as_ref(),
             f64::from(scale),
             f64::from(max_bias),
         )?,
@@ -134,11 +135,12 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
             scale,
             max_bias,
             logit_softcap,
-        } => attention::flash_attn_ext(
+        } => attention::flash_attn_ext_sinks(
             &load(mem, 0)?,
             &load(mem, 1)?,
             &load(mem, 2)?,
             load_opt(mem, 3)?.as_ref(),
+            load_opt(mem, 4)?.as_ref(),
             AttnParams {
                 scale: f64::from(scale),
                 max_bias: f64::from(max_bias),

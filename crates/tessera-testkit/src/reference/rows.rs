@@ -89,6 +89,28 @@ pub fn argmax(a: &Dense) -> Result<Dense> {
 /// `(i1, i2, i3)` is `mask[:, i1, i2 % m2, i3 % m3]`; the ALiBi slope is that
 /// of head `i2` of `a.ne[2]` heads (1 when `max_bias` is 0).
 pub fn soft_max(a: &Dense, mask: Option<&Dense>, scale: f64, max_bias: f64) -> Result<Dense> {
+    soft_max_sinks(a, mask, None, scale, max_bias)
+}
+
+/// [`soft_max`] with attention sinks (ggml's `ggml_soft_max_add_sinks`):
+/// head `i2`'s sink `s` joins each row's maximum and adds `exp(s - max)` to
+/// its sum, unscaled and unmasked, with no output element.
+pub fn soft_max_sinks(
+    a: &Dense,
+    mask: Option<&Dense>,
+    sinks: Option<&Dense>,
+    scale: f64,
+    max_bias: f64,
+) -> Result<Dense> {
+    if let Some(s) = sinks.filter(|s| s.data.len() != a.ne[2]) {
+        return Err(Error::op(
+            "SOFT_MAX",
+            format!(
+                "sinks {:?} must hold one logit per head of a {:?}",
+                s.ne, a.ne
+            ),
+        ));
+    }
     let fits = |m: &Dense| {
         m.ne[0] == a.ne[0]
             && m.ne[1] >= a.ne[1]
@@ -116,10 +138,15 @@ pub fn soft_max(a: &Dense, mask: Option<&Dense>, scale: f64, max_bias: f64) -> R
                     let mv = mrow.map_or(0.0, |m| slope * m[i]);
                     *wi = x[i] * scale + mv;
                 }
-                let max = w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let sink = sinks.map(|s| s.data[i2]);
+                let max = w
+                    .iter()
+                    .copied()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let start = out.flat([0, i1, i2, i3]);
                 let y = &mut out.data[start..start + n];
-                let mut sum = 0.0;
+                let mut sum = sink.map_or(0.0, |s| (s - max).exp());
                 for (o, &wi) in y.iter_mut().zip(&w) {
                     *o = (wi - max).exp();
                     sum += *o;
@@ -184,5 +211,28 @@ mod tests {
             &[1., 5., 5., 2., -1., -3., -2., -1., 0., 0., 0., 0.],
         );
         assert_eq!(argmax(&t).unwrap().data, vec![2.0, 3.0, 3.0]);
+    }
+
+    #[test]
+    fn sinks_join_the_denominator_only() {
+        // Two equal logits and a sink of 0: each gets 1 / (1 + 1 + 1).
+        let a = d([2, 1, 1, 1], &[0.0, 0.0]);
+        let s = soft_max_sinks(&a, None, Some(&d([1, 1, 1, 1], &[0.0])), 1.0, 0.0).unwrap();
+        assert!(
+            s.data.iter().all(|v| (v - 1.0 / 3.0).abs() < 1e-15),
+            "{:?}",
+            s.data
+        );
+        // Per head (dim 2): a sink of ln 2 counts twice; ln 6 above both
+        // logits makes the sink the maximum.
+        let a = d([2, 1, 2, 1], &[0.0, 0.0, 0.0, 0.0]);
+        let sk = d([2, 1, 1, 1], &[2f64.ln(), 6f64.ln()]);
+        let s = soft_max_sinks(&a, None, Some(&sk), 1.0, 0.0).unwrap();
+        let want = [0.25, 0.25, 0.125, 0.125];
+        for (v, w) in s.data.iter().zip(want) {
+            assert!((v - w).abs() < 1e-15, "{:?}", s.data);
+        }
+        // The wrong number of sinks is an error, not a panic.
+        assert!(soft_max_sinks(&a, None, Some(&d([3, 1, 1, 1], &[0.0; 3])), 1.0, 0.0).is_err());
     }
 }

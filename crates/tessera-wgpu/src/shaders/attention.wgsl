@@ -3,7 +3,9 @@
 // t0 + l of a tile; every thread then owns output columns l, l + 64, ...
 // (head sizes up to 512). q: src0 (F32), k: src1, v: src2 (F16/F32, or
 // Q8_0 when iu.y / iu.z = 1: a quantized cache, read by blocks),
-// mask: src3 (F16) when iu.x = 1. fp: scale, max_bias, logit_softcap.
+// mask: src3 (F16) when iu.x = 1; sinks: src4 (F32, one per head, at byte
+// iu2.x) when iu.w = 1, joining the maximum and the sum after the keys as
+// ggml does. fp: scale, max_bias, logit_softcap.
 
 // Value d of the K row at byte `row`.
 fn k_val(row: u32, d: u32) -> f32 {
@@ -112,6 +114,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             seen = true;
         }
         workgroupBarrier();
+    }
+    if (P.iu.w == 1u) {
+        let sk = s4_ld(P.iu2.x + ih * 4u);
+        if (!seen) {
+            // No key: ggml's M = -inf, S = 0 give S = 1 and a zero row.
+            sum = 1.0;
+        } else if (sk > m) {
+            let ms = exp(m - sk);
+            for (var c = 0u; c < 8u; c = c + 1u) {
+                acc[c] = acc[c] * ms;
+            }
+            sum = sum * ms + 1.0;
+        } else {
+            sum = sum + exp(sk - m);
+        }
     }
     let inv = select(0.0, 1.0 / sum, sum != 0.0);
     let o = P.off.x + ih * P.nb_d.y + iq * P.nb_d.z + i3 * P.nb_d.w;

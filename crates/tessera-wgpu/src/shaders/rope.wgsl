@@ -1,6 +1,9 @@
 // rope.wgsl: rotary position embedding. One item per rotated pair or
-// passed-through element of a row: iu.x = n_dims, iu.y = mode (0 normal,
-// 2 NeoX), iu.z = 1 with frequency factors in src2. fp: theta_scale,
+// passed-through element of a row: iu.x = n_dims, iu.y = ggml mode (0 normal,
+// 2 NeoX, 8 M-RoPE, 24 vision, 40 interleaved M-RoPE), iu.z = 1 with
+// frequency factors in src2, iu.w = rotated pairs per row; iu2 = sections
+// (multi-section modes: four positions per token, stream s of token i2 at
+// pos[i2 + s * ne2], as ggml's ggml_mrope_cache_init). fp: theta_scale,
 // freq_scale, ext_factor, attn_factor; fp2: YaRN corr dims [low, high] and
 // the magnitude scale used when ext_factor != 0. Positions: src1 (I32).
 
@@ -14,6 +17,53 @@ fn reduce_angle(x: f32) -> f32 {
     return (x - k * TWO_PI_HI) - k * TWO_PI_LO;
 }
 
+// Multi-section modes: the stream (t, h, w, e) pair k takes its position
+// from, and the number of pairs since that stream's angle (re)started.
+fn rope_stream(k: u32) -> vec2<u32> {
+    let sec = P.iu2;
+    let sect = max(1u, sec.x + sec.y + sec.z + sec.w);
+    let sec_w = sec.x + sec.y;
+    let sec_e = sec_w + sec.z;
+    let sector = k % sect;
+    var stream = 0u;
+    if (P.iu.y == 40u) {
+        if (sector % 3u == 1u && sector < 3u * sec.y) {
+            stream = 1u;
+        } else if (sector % 3u == 2u && sector < 3u * sec.z) {
+            stream = 2u;
+        } else if (sector % 3u == 0u && sector < 3u * sec.x) {
+            stream = 0u;
+        } else {
+            stream = 3u;
+        }
+    } else if (sector >= sec.x && sector < sec_w) {
+        stream = 1u;
+    } else if (sector >= sec_w && sector < sec_e) {
+        stream = 2u;
+    } else if (sector >= sec_e) {
+        stream = 3u;
+    }
+    if (P.iu.y != 24u) {
+        return vec2<u32>(stream, k);
+    }
+    // Vision: a stream restarts at its section's first sector (ggml's
+    // else-if chain: the first matching stream only).
+    var last = vec4<u32>(0u, 0u, 0u, 0u);
+    for (var j = 0u; j <= k; j = j + 1u) {
+        let sj = j % sect;
+        if (sj == 0u) {
+            last.x = j;
+        } else if (sj == sec.x) {
+            last.y = j;
+        } else if (sj == sec_w) {
+            last.z = j;
+        } else if (sj == sec_e) {
+            last.w = j;
+        }
+    }
+    return vec2<u32>(stream, k - last[stream]);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -22,8 +72,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let n_dims = P.iu.x;
-    let half_dims = n_dims / 2u;
-    let per_row = half_dims + (P.ne_0.x - n_dims);
+    let half_dims = P.iu.w;
+    let rot_dims = 2u * half_dims;
+    let per_row = half_dims + (P.ne_0.x - rot_dims);
     let slot = t % per_row;
     let row = t / per_row;
     let i1 = row % P.ne_0.y;
@@ -32,19 +83,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
     let dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
     if (slot >= half_dims) {
-        let i0 = n_dims + (slot - half_dims);
+        let i0 = rot_dims + (slot - half_dims);
         d_st(dst + i0 * P.nb_d.x, s0_ld(src + i0 * P.nb_0.x));
         return;
     }
     let k = slot;
     var j0 = 2u * k;
     var j1 = 2u * k + 1u;
-    if (P.iu.y == 2u) {
+    if (P.iu.y != 0u) {
+        // NeoX and the multi-section modes: (x[k], x[k + n_dims/2]); vision:
+        // (x[k], x[k + n_dims]) with n_dims = ne0 / 2 pairs.
         j0 = k;
         j1 = k + half_dims;
     }
-    let pos = f32(s1_ldi(P.off.z + i2 * P.nb_1.x));
-    var theta_extrap = pos * pow(P.fp.x, f32(k));
+    var stream = vec2<u32>(0u, k);
+    if (P.iu.y >= 8u) {
+        stream = rope_stream(k);
+    }
+    let pos = f32(s1_ldi(P.off.z + (i2 + stream.x * P.ne_0.z) * P.nb_1.x));
+    var theta_extrap = pos * pow(P.fp.x, f32(stream.y));
     if (P.iu.z == 1u) {
         theta_extrap = theta_extrap / s2_ld(P.off.w + k * P.nb_2.x);
     }

@@ -1,6 +1,6 @@
 // rows.wgsl: one workgroup per row of src0. iu.x: 0 RMS_NORM, 1 NORM,
 // 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
-// iu.y = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x).
+// iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x).
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -105,6 +105,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         mx = reduce_max(l, mx);
+        var sink = 0.0;
+        if (P.iu.z == 1u) {
+            sink = s2_ld(P.off.w + i2 * P.nb_2.x);
+            mx = max(mx, sink);
+        }
         var sum = 0.0;
         for (var i = l; i < n; i = i + 256u) {
             let w = logit(x_row, m_row, i, slope);
@@ -113,6 +118,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         sum = reduce_sum(l, sum);
+        if (P.iu.z == 1u) {
+            sum = sum + exp(sink - mx);
+        }
         let inv = 1.0 / sum;
         for (var i = l; i < n; i = i + 256u) {
             let w = logit(x_row, m_row, i, slope);
