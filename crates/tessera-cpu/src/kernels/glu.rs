@@ -6,8 +6,8 @@
 //! `src0` and `g` is `src1`, of the same type and shape. F32, F16, BF16 with
 //! any strides, computed in f32. REGLU is ggml's `x > 0 ? x * g : 0` (not
 //! `relu(x) * g`, which differs when `g` is infinite). Threads split rows.
-//! F32 SWIGLU with contiguous rows uses [`Simd::silu`] (AVX2's polynomial
-//! `exp`).
+//! F32 SWIGLU and GEGLU with contiguous rows use [`Simd::silu`] and
+//! [`Simd::gelu`] (AVX2's polynomial `exp`; GELU as `x / (1 + exp(-2u))`).
 
 use tessera::{Error, GluOp, Op, Result};
 
@@ -105,16 +105,13 @@ fn run<T: Float>(
         }
     };
     let (xnb, gnb, dnb) = (xt.nb(0), gt.nb(0), d.nb(0));
-    let swiglu_f32 = matches!(
-        ctx.op,
-        Op::Glu {
-            op: GluOp::SwiGlu,
-            ..
+    let contiguous_f32 = T::DTYPE == DType::F32 && xnb == 4 && gnb == 4 && dnb == 4;
+    let vector_op = match ctx.op {
+        Op::Glu { op, .. } if contiguous_f32 => {
+            Some(op).filter(|op| matches!(op, GluOp::SwiGlu | GluOp::GeGlu))
         }
-    ) && T::DTYPE == DType::F32
-        && xnb == 4
-        && gnb == 4
-        && dnb == 4;
+        _ => None,
+    };
     let simd = Simd::new(ctx.isa);
     for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
         // SAFETY: in-range rows; the offsets `xo`, `go` plus `nc` stay inside
@@ -126,10 +123,16 @@ fn run<T: Float>(
                 d.row(i1, i2, i3),
             )
         };
-        if swiglu_f32 {
+        if let Some(op) = vector_op {
             // SAFETY: rows of `nc` contiguous f32; `dst` equals an operand
             // or does not overlap it (executor contract).
-            unsafe { simd.silu(yr.cast(), xr.cast(), Some(gr.cast()), nc) };
+            unsafe {
+                if op == GluOp::SwiGlu {
+                    simd.silu(yr.cast(), xr.cast(), Some(gr.cast()), nc);
+                } else {
+                    simd.gelu(yr.cast(), xr.cast(), Some(gr.cast()), nc);
+                }
+            }
             continue;
         }
         for i in 0..nc {

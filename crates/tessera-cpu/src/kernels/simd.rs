@@ -295,6 +295,25 @@ impl Simd {
         }
     }
 
+    /// `y[i] = gelu(x[i])` (tanh approximation), times `g[i]` when given.
+    ///
+    /// # Safety
+    /// See the module docs; `g` (if given) holds `n` elements.
+    #[inline]
+    pub unsafe fn gelu(self, y: *mut f32, x: *const f32, g: Option<*const f32>, n: usize) {
+        avx2_or!(self, super::exp_avx2::gelu(y, x, g, n));
+        for i in 0..n {
+            // SAFETY: `i < n` (module docs).
+            unsafe {
+                let v = super::math::gelu(*x.add(i));
+                *y.add(i) = match g {
+                    Some(g) => v * *g.add(i),
+                    None => v,
+                };
+            }
+        }
+    }
+
     /// `y[i] = f16(x[i])`, rounding as [`tessera::quant::f32_to_f16`].
     ///
     /// # Safety
