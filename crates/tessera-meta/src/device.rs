@@ -1,0 +1,261 @@
+//! [`MetaDevice`]: N devices presented as one (ggml's meta backend).
+//!
+//! To the scheduler and to users it is one [`Device`]: one buffer type,
+//! memory the sum of the devices', an op supported when every device runs
+//! it. Weights and caches are allocated split with
+//! [`MetaDevice::alloc_split`]; compute memory is planned by the graph
+//! allocator as for any device; the stream ([`crate::MetaStream`]) runs each
+//! graph as per-device graphs with the collectives between them.
+
+use std::any::Any;
+use std::sync::{Arc, Weak};
+
+use tessera::alloc::alloc_tensors;
+use tessera::{
+    BufferType, BufferUsage, Device, DeviceCaps, DeviceType, Error, Graph, Layout, MemoryInfo,
+    Result, Stream, StreamOptions, Tensor, TensorId,
+};
+
+use crate::buffer::{MetaBuffer, MetaBufferType, StaticTensor};
+use crate::policy::SplitPolicy;
+use crate::state::SplitState;
+
+/// Options of a meta device.
+#[derive(Clone, Debug, Default)]
+pub struct MetaOptions {
+    /// For tests: split every contiguous graph input in mirror memory along
+    /// a pseudo-random axis with pseudo-random (possibly empty) slices from
+    /// this seed, so that every op's split rules run on plain graphs.
+    pub split_inputs: Option<u64>,
+}
+
+/// Several devices as one.
+pub struct MetaDevice {
+    name: String,
+    description: String,
+    devices: Vec<Arc<dyn Device>>,
+    buft: Arc<MetaBufferType>,
+    policy: SplitPolicy,
+    options: MetaOptions,
+}
+
+impl std::fmt::Debug for MetaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaDevice")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl MetaDevice {
+    /// `devices` (any families, the same device more than once is fine:
+    /// each gets streams of its own) as one device that splits tensors in
+    /// the proportions of `policy`.
+    pub fn new(
+        devices: Vec<Arc<dyn Device>>,
+        policy: SplitPolicy,
+        options: MetaOptions,
+    ) -> Result<Arc<MetaDevice>> {
+        if devices.is_empty() {
+            return Err(Error::device(
+                "Meta",
+                "a meta device needs at least one device",
+            ));
+        }
+        if policy.ratios().len() != devices.len() {
+            return Err(Error::InvalidLayout(format!(
+                "{} split ratios for {} devices",
+                policy.ratios().len(),
+                devices.len()
+            )));
+        }
+        let names: Vec<String> = devices.iter().map(|d| d.name().to_owned()).collect();
+        let name = format!("Meta({})", names.join(","));
+        Ok(Arc::new_cyclic(|me: &Weak<MetaDevice>| {
+            let dev: Weak<dyn Device> = me.clone();
+            MetaDevice {
+                description: format!("tensor parallelism over {}", names.join(", ")),
+                buft: Arc::new_cyclic(|bt| MetaBufferType {
+                    name: name.clone(),
+                    bufts: devices.iter().map(|d| d.buffer_type()).collect(),
+                    device: dev,
+                    me: bt.clone(),
+                }),
+                name,
+                devices,
+                policy,
+                options,
+            }
+        }))
+    }
+
+    /// The devices, in order.
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+
+    /// The split policy.
+    pub fn policy(&self) -> &SplitPolicy {
+        &self.policy
+    }
+
+    /// The options.
+    pub fn options(&self) -> &MetaOptions {
+        &self.options
+    }
+
+    /// The meta buffer type (concrete).
+    pub fn meta_buffer_type(&self) -> &Arc<MetaBufferType> {
+        &self.buft
+    }
+
+    /// Allocate tensors held as `states` say (weights, caches): each
+    /// device's pieces packed in buffers of its own buffer type. The
+    /// tensors live in one static [`MetaBuffer`]; host writes scatter and
+    /// reads gather. A [`SplitState::Partial`] tensor cannot be allocated.
+    pub fn alloc_split(
+        &self,
+        tensors: &[(Layout, SplitState)],
+        usage: BufferUsage,
+    ) -> Result<(Arc<MetaBuffer>, Vec<Tensor>)> {
+        let n = self.devices.len();
+        let mut per_device: Vec<Vec<Layout>> = vec![Vec::new(); n];
+        let mut which: Vec<Vec<Option<usize>>> = Vec::with_capacity(tensors.len());
+        for (layout, state) in tensors {
+            let mut w = vec![None; n];
+            for (j, slot) in w.iter_mut().enumerate() {
+                let piece = match state {
+                    SplitState::Mirrored => Some(*layout),
+                    SplitState::Split(s) => {
+                        crate::state::Split::new(layout, s.axis, s.sizes.clone())?;
+                        s.piece_layout(layout, j)?
+                    }
+                    SplitState::Partial => {
+                        return Err(Error::InvalidLayout(format!(
+                            "a partial tensor ({layout}) cannot be allocated"
+                        )));
+                    }
+                };
+                if let Some(l) = piece {
+                    *slot = Some(per_device[j].len());
+                    per_device[j].push(l);
+                }
+            }
+            which.push(w);
+        }
+        let sets = per_device
+            .iter()
+            .enumerate()
+            .map(|(j, layouts)| {
+                if layouts.is_empty() {
+                    Ok(None)
+                } else {
+                    alloc_tensors(&self.buft.bufts[j], layouts, usage).map(Some)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let align = self.buft.alignment().max(1);
+        let mut offset = 0usize;
+        let mut statics = Vec::with_capacity(tensors.len());
+        for ((layout, state), w) in tensors.iter().zip(&which) {
+            let pieces = w
+                .iter()
+                .enumerate()
+                .map(|(j, k)| k.and_then(|k| sets[j].as_ref().map(|s| s.tensors[k].clone())))
+                .collect();
+            statics.push(StaticTensor {
+                offset,
+                layout: *layout,
+                state: state.clone(),
+                pieces,
+            });
+            let bytes = layout.checked_nbytes()?;
+            offset = offset
+                .checked_add(bytes)
+                .and_then(|o| o.checked_next_multiple_of(align))
+                .ok_or_else(|| Error::Overflow("split buffer size".into()))?;
+        }
+        let buffer = Arc::new(MetaBuffer::new_static(
+            self.buft.clone(),
+            offset,
+            statics.clone(),
+            usage,
+        ));
+        let dynbuf: Arc<dyn tessera::Buffer> = buffer.clone();
+        let out = statics
+            .iter()
+            .map(|t| Tensor::new(t.layout, dynbuf.clone(), t.offset))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((buffer, out))
+    }
+}
+
+impl Device for MetaDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn memory(&self) -> MemoryInfo {
+        let mut m = MemoryInfo::default();
+        for d in &self.devices {
+            let dm = d.memory();
+            m.free = m.free.saturating_add(dm.free);
+            m.total = m.total.saturating_add(dm.total);
+            m.estimated |= dm.estimated;
+        }
+        m
+    }
+
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Meta
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps::default()
+    }
+
+    fn family_name(&self) -> &str {
+        "Meta"
+    }
+
+    fn new_stream(&self, options: &StreamOptions) -> Result<Arc<dyn Stream>> {
+        let streams = self
+            .devices
+            .iter()
+            .map(|d| d.new_stream(options))
+            .collect::<Result<Vec<_>>>()?;
+        let device = self
+            .buft
+            .device
+            .upgrade()
+            .ok_or_else(|| Error::device(&self.name, "dropped"))?;
+        Ok(Arc::new(crate::stream::MetaStream::new(
+            self.name.clone(),
+            device,
+            self.devices.clone(),
+            streams,
+            self.options.clone(),
+        )))
+    }
+
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buft.clone()
+    }
+
+    fn supports_op(&self, graph: &Graph, id: TensorId) -> bool {
+        self.devices.iter().all(|d| d.supports_op(graph, id))
+    }
+
+    fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
+        tessera::same_buffer_type(buft, self.buft.as_ref())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
