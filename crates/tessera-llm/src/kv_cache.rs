@@ -102,6 +102,27 @@ impl KvCache {
             let n = if p.is_swa(il) { n_slots_swa } else { n_slots };
             let k = Layout::contiguous(dtype, &[p.n_embd_k(), n])?;
             let v = Layout::contiguous(dtype, &[p.n_embd_v(), n])?;
+            if let Some(meta) = crate::tensor_split::meta_device(&buft(il)) {
+                if planning {
+                    return Err(Error::unsupported(
+                        "tessera-llm",
+                        "planning (--fit) a tensor-split KV cache",
+                    ));
+                }
+                let specs = [
+                    (k, crate::tensor_split::kv_state(&meta, p, &k, il)),
+                    (v, crate::tensor_split::kv_state(&meta, p, &v, il)),
+                ];
+                let (buffer, t) = meta.alloc_split(&specs, BufferUsage::Any)?;
+                buffer.clear(0)?;
+                let mut t = t.into_iter();
+                let (Some(k), Some(v)) = (t.next(), t.next()) else {
+                    return Err(Error::InvalidLayout("KV cache allocation".into()));
+                };
+                layers.push((k, v));
+                buffers.push(buffer as Arc<dyn Buffer>);
+                continue;
+            }
             let set = if planning {
                 alloc_tensors(&PlanningType::wrap(buft(il)), &[k, v], BufferUsage::Any)?
             } else {

@@ -53,6 +53,11 @@ impl LayerMap {
         }
     }
 
+    /// Keep the inputs (token embeddings) in `buft`.
+    pub fn set_input(&mut self, buft: Arc<dyn BufferType>) {
+        self.input = buft;
+    }
+
     /// Put the output layer in `buft`.
     pub fn set_output(&mut self, buft: Arc<dyn BufferType>) {
         self.output = buft;

@@ -19,6 +19,7 @@ pub mod params;
 pub mod sampling;
 pub mod session;
 pub mod synthetic;
+pub mod tensor_split;
 pub mod tokenizer;
 pub mod weights;
 

@@ -89,6 +89,47 @@ impl Weights {
         let mut done = 0u64;
         let mut sizes = Vec::new();
         for (buft, infos) in groups {
+            if let Some(meta) = crate::tensor_split::meta_device(&buft) {
+                let Some(progress) = progress.as_mut() else {
+                    return Err(Error::unsupported(
+                        "tessera-llm",
+                        "planning (--fit) a tensor split: name the devices instead",
+                    ));
+                };
+                let params = crate::params::Params::from_gguf(file)?;
+                // (name bound, name of the data): a tied output matrix gets
+                // a split copy of the token embeddings of its own.
+                let mut names: Vec<(String, String)> = infos
+                    .iter()
+                    .map(|t| (t.name.clone(), t.name.clone()))
+                    .collect();
+                let tied = file.tensor_info("output.weight").is_err()
+                    && crate::tensor_split::meta_device(&place.buffer_type("output.weight"))
+                        .is_some();
+                if tied {
+                    names.push(("output.weight".into(), "token_embd.weight".into()));
+                }
+                let layouts = names
+                    .iter()
+                    .map(|(_, d)| {
+                        let t = file.tensor_info(d)?;
+                        Layout::contiguous(t.dtype()?, &t.ne)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let bound: Vec<&str> = names.iter().map(|(b, _)| b.as_str()).collect();
+                let set = crate::tensor_split::alloc_weights(&meta, &bound, &layouts, &params)?;
+                let mut bytes = 0;
+                for ((b, d), t) in names.iter().zip(set) {
+                    let data = file.tensor_data(d)?;
+                    t.write(0, data)?;
+                    done += data.len() as u64;
+                    bytes += data.len();
+                    progress(done, total);
+                    tensors.insert(b.clone(), t);
+                }
+                sizes.push((buft.name().to_string(), bytes));
+                continue;
+            }
             if buft.is_host() {
                 // Views of the file: its bytes, mapped, not allocated.
                 let bytes = infos.iter().map(|t| t.nbytes.unwrap_or(0)).sum::<usize>();

@@ -35,6 +35,7 @@ pub struct MetaBufferType {
     pub(crate) name: String,
     pub(crate) bufts: Vec<Arc<dyn BufferType>>,
     pub(crate) device: Weak<dyn Device>,
+    pub(crate) meta: Weak<crate::MetaDevice>,
     pub(crate) me: Weak<MetaBufferType>,
 }
 
@@ -43,6 +44,11 @@ impl MetaBufferType {
         self.me
             .upgrade()
             .ok_or_else(|| Error::device(&self.name, "the meta device was dropped"))
+    }
+
+    /// The meta device that owns this buffer type.
+    pub fn meta_device(&self) -> Option<Arc<crate::MetaDevice>> {
+        self.meta.upgrade()
     }
 
     /// The devices' buffer types, in device order.

@@ -80,6 +80,7 @@ impl MetaDevice {
                     name: name.clone(),
                     bufts: devices.iter().map(|d| d.buffer_type()).collect(),
                     device: dev,
+                    meta: me.clone(),
                     me: bt.clone(),
                 }),
                 name,
