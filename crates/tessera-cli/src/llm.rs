@@ -12,6 +12,7 @@ use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
 use tessera_llm::fit::{self, FitPlan};
 use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions};
+use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
 
 /// Where the model comes from and where it runs.
 #[derive(Args, Debug, Clone)]
@@ -39,12 +40,27 @@ pub struct ModelArgs {
     /// default: what a GPU reports free, no limit for the CPU).
     #[arg(long, requires = "fit")]
     pub mem: Vec<String>,
+    /// How the model is split over the devices: `layer` (whole layers per
+    /// device, the default) or `tensor` (every layer cut over the devices
+    /// named with --device, which may repeat, e.g. `--device cpu,cpu`:
+    /// tensor parallelism on a meta device).
+    #[arg(long, default_value = "layer", value_parser = ["layer", "tensor"])]
+    pub split: String,
+    /// Shares of the devices in a tensor split, comma-separated (e.g.
+    /// `3,1`); default: equal.
+    #[arg(long, value_delimiter = ',', requires = "split")]
+    pub tensor_split: Vec<f64>,
 }
 
 impl ModelArgs {
     /// Does this need the GPU device family?
     pub fn uses_gpu(&self) -> bool {
         self.device.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
+    }
+
+    /// `--split tensor`.
+    pub fn tensor_split(&self) -> bool {
+        self.split == "tensor"
     }
 }
 
@@ -115,6 +131,9 @@ pub struct Devices {
 
 /// The devices named in `args`.
 pub fn devices(args: &ModelArgs) -> Result<Devices> {
+    if args.tensor_split() {
+        return meta_devices(args);
+    }
     let reg = Registry::global();
     let mut devices: Vec<Arc<dyn Device>> = Vec::new();
     for name in &args.device {
@@ -135,6 +154,39 @@ pub fn devices(args: &ModelArgs) -> Result<Devices> {
         streams.push(d.new_stream(&o)?);
     }
     Ok(Devices { devices, streams })
+}
+
+/// `--split tensor`: a meta device over the devices named (CPUs may
+/// repeat: each gets streams and threads of its own), then the CPU as the
+/// fallback.
+fn meta_devices(args: &ModelArgs) -> Result<Devices> {
+    let reg = Registry::global();
+    if args.device.is_empty() {
+        return Err(Error::NotFound(
+            "--split tensor: name the devices to split over, e.g. --device cpu,cpu".into(),
+        ));
+    }
+    let parts = args
+        .device
+        .iter()
+        .map(|n| reg.device_by_name(n))
+        .collect::<Result<Vec<_>>>()?;
+    let policy = if args.tensor_split.is_empty() {
+        SplitPolicy::even(parts.len())?
+    } else {
+        SplitPolicy::new(args.tensor_split.clone())?
+    };
+    let meta: Arc<dyn Device> = MetaDevice::new(parts, policy, MetaOptions::default())?;
+    let cpu = reg.device_by_name("cpu")?;
+    let mut o = StreamOptions::new();
+    if let Some(t) = args.threads {
+        o = o.threads(t);
+    }
+    let streams = vec![meta.new_stream(&o)?, cpu.new_stream(&o)?];
+    Ok(Devices {
+        devices: vec![meta, cpu],
+        streams,
+    })
 }
 
 /// A budget given with `--mem NAME=SIZE` (`512MiB`, `2GiB`, `1000000`).
@@ -181,6 +233,17 @@ pub fn place(
         .last()
         .ok_or_else(|| Error::NotFound("a CPU device".into()))?
         .buffer_type();
+    if args.tensor_split() {
+        if args.fit {
+            return Err(Error::unsupported(
+                "tessera",
+                "--fit with --split tensor (not yet): name the devices and shares instead",
+            ));
+        }
+        let mut map = LayerMap::uniform(devs.devices[0].buffer_type(), n_layer);
+        map.set_input(cpu);
+        return Ok((map, None));
+    }
     if args.fit {
         let mut given = Vec::new();
         for m in &args.mem {

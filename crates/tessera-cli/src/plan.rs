@@ -204,6 +204,8 @@ fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
         threads: None,
         fit: false,
         mem: Vec::new(),
+        split: "layer".into(),
+        tensor_split: Vec::new(),
     };
     let options = tessera_llm::SessionOptions {
         n_ctx: args.tokens.max(1),
