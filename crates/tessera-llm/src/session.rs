@@ -160,6 +160,12 @@ impl Session {
         &self.cache
     }
 
+    /// The scheduler, mutable (to observe nodes with
+    /// [`Scheduler::set_eval_callback`]).
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.sched
+    }
+
     /// The scheduler (to see the plan or its buffer sizes).
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
