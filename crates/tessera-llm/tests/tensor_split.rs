@@ -3,7 +3,8 @@
 //! shares) gives the single device's greedy tokens and logits within 1e-4
 //! of the largest (the split only reorders the sums of the row-parallel
 //! products), with F32, F16 and Q8_0 weights and F16 and Q8_0 KV caches;
-//! the meta stream's statistics prove the split ran (all-reduces).
+//! the meta stream's statistics prove the split ran (all-reduces, no
+//! gathers) and that decoding reuses the lowered plan.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -112,6 +113,10 @@ fn every_architecture_gives_the_single_device_tokens() {
                 }
                 // Two all-reduces per layer per evaluation (attention, FFN).
                 assert!(stats.reduces >= 2 * 2 * 13, "{label}: {stats:?}");
+                // The prompt and the first decoding step lower their graphs;
+                // the other steps reuse the plan.
+                assert_eq!(stats.lowerings, 2, "{label}: {stats:?}");
+                assert_eq!(stats.gathers, 0, "{label}: {stats:?}");
             }
         }
     }

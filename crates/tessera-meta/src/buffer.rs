@@ -297,6 +297,31 @@ impl MetaBuffer {
         }
     }
 
+    /// The state [`MetaBuffer::held`] would find for the tensor of
+    /// `layout` at `offset`, without turning anything into mirrored bytes:
+    /// `None` when it would have to (a record overlaps it inexactly).
+    pub(crate) fn peek(&self, offset: usize, layout: &Layout) -> Option<SplitState> {
+        match &self.kind {
+            Kind::Mirror { records, .. } => {
+                let end = offset.checked_add(layout.nbytes())?;
+                let recs = lock(records);
+                let mut state = SplitState::Mirrored;
+                for r in recs.iter().filter(|r| r.overlaps(offset, end)) {
+                    if r.offset == offset && r.layout == *layout {
+                        state = SplitState::Split(r.split.clone());
+                    } else {
+                        return None;
+                    }
+                }
+                Some(state)
+            }
+            Kind::Static { tensors } => tensors
+                .iter()
+                .find(|t| t.offset == offset && t.layout == *layout)
+                .map(|t| t.state.clone()),
+        }
+    }
+
     /// After a compute: the tensor of `layout` at `offset` is now held as
     /// `state` (mirror buffers only; split tensors are recorded, mirrored
     /// ones drop the records they overwrote).

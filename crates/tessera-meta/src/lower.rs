@@ -62,6 +62,9 @@ pub(crate) struct Lowered {
     pub steps: Vec<Step>,
     /// The states results leave in mirror memory: buffer, offset, layout.
     pub records: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
+    /// The inputs read from meta memory and the states they were found in
+    /// (the lowering holds while they are found so again).
+    pub inputs: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
 }
 
 pub(crate) struct Lower<'a> {
@@ -78,6 +81,7 @@ pub(crate) struct Lower<'a> {
     /// Memory roots that CPY or SET_ROWS write into (never sliced into
     /// copies: the writes must reach them).
     written: Vec<bool>,
+    inputs: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
 }
 
 impl<'a> Lower<'a> {
@@ -100,6 +104,7 @@ impl<'a> Lower<'a> {
             cut: vec![0; n],
             map: vec![None; graph.len()],
             written: written_roots(graph),
+            inputs: Vec::new(),
         }
     }
 
@@ -160,6 +165,7 @@ impl<'a> Lower<'a> {
             preplaced: self.pre,
             steps: self.steps,
             records,
+            inputs: self.inputs,
         })
     }
 
@@ -242,6 +248,12 @@ impl<'a> Lower<'a> {
             )
         })?;
         let held = mb.held(place.offset, &node.layout)?;
+        self.inputs.push((
+            buffer.clone(),
+            place.offset,
+            node.layout,
+            held.state.clone(),
+        ));
         let mut ids = Vec::with_capacity(self.n);
         for j in 0..self.n {
             ids.push(match &held.places[j] {

@@ -17,13 +17,15 @@ use tessera::alloc::GraphAllocator;
 use tessera::{AbortCallback, Device, Error, Graph, Placement, Result, Stream};
 
 use crate::device::MetaOptions;
-use crate::lower::{Lower, Step, meta_buffer};
+use crate::lower::{Lower, Lowered, Step, meta_buffer};
 
 /// What the collectives of a stream moved, for benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetaStats {
     /// Graph computes.
     pub computes: u64,
+    /// Computes that lowered their graph anew (the others reused a plan).
+    pub lowerings: u64,
     /// All-reduces run.
     pub reduces: u64,
     /// Bytes the all-reduces copied between devices.
@@ -42,7 +44,50 @@ pub struct MetaStream {
     streams: Vec<Arc<dyn Stream>>,
     options: MetaOptions,
     allocs: Mutex<Vec<GraphAllocator>>,
+    plans: Mutex<Vec<Arc<Plan>>>,
     stats: Mutex<MetaStats>,
+}
+
+/// Plans kept for reuse (prompt batch, decoding step, ...).
+const PLAN_CACHE: usize = 4;
+
+/// A lowered graph with its per-device memory, and what it was made for.
+struct Plan {
+    graph: Graph,
+    /// Per tensor: its buffer (address) and offset.
+    key: Vec<Option<(usize, usize)>>,
+    range: Range<usize>,
+    lowered: Lowered,
+    places: Vec<Placement>,
+}
+
+/// Where every tensor of `graph` is, as comparable data.
+fn placement_key(graph: &Graph, placement: &Placement) -> Vec<Option<(usize, usize)>> {
+    graph
+        .ids()
+        .map(|id| {
+            placement
+                .get(id)
+                .map(|p| (Arc::as_ptr(&p.buffer) as *const () as usize, p.offset))
+        })
+        .collect()
+}
+
+/// The inputs are still held as when the plan was made.
+fn inputs_hold(
+    inputs: &[(
+        Arc<dyn tessera::Buffer>,
+        usize,
+        tessera::Layout,
+        crate::SplitState,
+    )],
+) -> bool {
+    inputs.iter().all(|(buf, offset, layout, state)| {
+        meta_buffer(buf)
+            .and_then(|m| m.peek(*offset, layout))
+            .as_ref()
+            == Some(state)
+    })
 }
 
 impl std::fmt::Debug for MetaStream {
@@ -76,6 +121,7 @@ impl MetaStream {
             streams,
             options,
             allocs: Mutex::new(allocs),
+            plans: Mutex::new(Vec::new()),
             stats: Mutex::new(MetaStats::default()),
         }
     }
@@ -90,9 +136,40 @@ impl MetaStream {
         &self.streams
     }
 
-    fn run(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()> {
+    /// The lowered plan of `graph` over `placement`: a cached one when the
+    /// graph, the memory of every tensor and the states of the inputs are
+    /// what they were (a decoding step reuses its plan: no lowering, no
+    /// allocation), else a new one.
+    fn plan_for(
+        &self,
+        graph: &Graph,
+        placement: &Placement,
+        range: Range<usize>,
+    ) -> Result<Arc<Plan>> {
+        let key = placement_key(graph, placement);
+        {
+            let mut plans = lock(&self.plans);
+            if let Some(i) = plans.iter().position(|p| {
+                p.range == range
+                    && p.key == key
+                    && p.graph == *graph
+                    && inputs_hold(&p.lowered.inputs)
+            }) {
+                let p = plans.remove(i);
+                plans.push(p.clone());
+                return Ok(p);
+            }
+        }
         let n = self.devices.len();
-        let lowered = Lower::new(graph, placement, range, n, self.options.split_inputs).run()?;
+        lock(&self.stats).lowerings += 1;
+        let lowered = Lower::new(
+            graph,
+            placement,
+            range.clone(),
+            n,
+            self.options.split_inputs,
+        )
+        .run()?;
         let mut places = Vec::with_capacity(n);
         {
             let mut allocs = lock(&self.allocs);
@@ -106,10 +183,28 @@ impl MetaStream {
                 places.push(p);
             }
         }
+        let plan = Arc::new(Plan {
+            graph: graph.clone(),
+            key,
+            range,
+            lowered,
+            places,
+        });
+        let mut plans = lock(&self.plans);
+        if plans.len() >= PLAN_CACHE {
+            plans.remove(0);
+        }
+        plans.push(plan.clone());
+        Ok(plan)
+    }
+
+    fn run(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()> {
+        let plan = self.plan_for(graph, placement, range)?;
+        let (lowered, places) = (&plan.lowered, &plan.places);
         let mut stats = MetaStats::default();
         for step in &lowered.steps {
             match step {
-                Step::Compute(ranges) => self.compute_all(&lowered.graphs, &places, ranges)?,
+                Step::Compute(ranges) => self.compute_all(&lowered.graphs, places, ranges)?,
                 Step::Exchange { from, into } => {
                     stats.reduces += 1;
                     for (c, f) in from.iter().enumerate() {
