@@ -193,18 +193,12 @@ impl MetaBuffer {
         match &self.kind {
             Kind::Mirror { parts, .. } => parts.iter().map(|p| p.size()).collect(),
             Kind::Static { tensors } => {
-                let n = self.buft.bufts.len();
-                let mut seen: Vec<Vec<*const ()>> = vec![Vec::new(); n];
-                let mut bytes = vec![0; n];
+                // What the pieces take (pieces may be views of memory that
+                // holds more, e.g. a mapped file).
+                let mut bytes = vec![0; self.buft.bufts.len()];
                 for t in tensors {
-                    for (j, p) in t.pieces.iter().enumerate() {
-                        if let Some(p) = p {
-                            let key = Arc::as_ptr(p.buffer()) as *const ();
-                            if !seen[j].contains(&key) {
-                                seen[j].push(key);
-                                bytes[j] += p.buffer().size();
-                            }
-                        }
+                    for (b, p) in bytes.iter_mut().zip(&t.pieces) {
+                        *b += p.as_ref().map_or(0, |p| p.nbytes());
                     }
                 }
                 bytes

@@ -156,15 +156,89 @@ impl MetaDevice {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
+        let pieces = which
+            .iter()
+            .map(|w| {
+                w.iter()
+                    .enumerate()
+                    .map(|(j, k)| k.and_then(|k| sets[j].as_ref().map(|s| s.tensors[k].clone())))
+                    .collect()
+            })
+            .collect();
+        self.static_buffer(tensors, pieces, usage)
+    }
+
+    /// Tensors held as `states` say over memory that already exists: for
+    /// each tensor, each device's piece (`None` where its share is empty),
+    /// e.g. views of a memory-mapped file that every device can read (zero
+    /// copy). Each piece must have the layout its share needs and live in
+    /// memory its device reads.
+    pub fn bind_split(
+        &self,
+        tensors: &[(Layout, SplitState)],
+        pieces: Vec<Vec<Option<Tensor>>>,
+        usage: BufferUsage,
+    ) -> Result<(Arc<MetaBuffer>, Vec<Tensor>)> {
+        if pieces.len() != tensors.len() {
+            return Err(Error::InvalidLayout(format!(
+                "{} tensors but pieces for {}",
+                tensors.len(),
+                pieces.len()
+            )));
+        }
+        for ((layout, state), ps) in tensors.iter().zip(&pieces) {
+            if ps.len() != self.devices.len() {
+                return Err(Error::InvalidLayout(format!(
+                    "{} pieces of {layout} for {} devices",
+                    ps.len(),
+                    self.devices.len()
+                )));
+            }
+            for (j, p) in ps.iter().enumerate() {
+                let want = match state {
+                    SplitState::Mirrored => Some(*layout),
+                    SplitState::Split(s) => {
+                        crate::state::Split::new(layout, s.axis, s.sizes.clone())?;
+                        s.piece_layout(layout, j)?
+                    }
+                    SplitState::Partial => {
+                        return Err(Error::InvalidLayout(format!(
+                            "a partial tensor ({layout}) cannot be bound"
+                        )));
+                    }
+                };
+                match (want, p) {
+                    (None, None) => {}
+                    (Some(w), Some(p)) if *p.layout() == w => {
+                        let bt = p.buffer().buffer_type();
+                        if !self.devices[j].supports_buffer_type(bt.as_ref()) {
+                            return Err(Error::unsupported(
+                                self.devices[j].name(),
+                                format!("reading a piece in buffer '{}'", p.buffer().name()),
+                            ));
+                        }
+                    }
+                    _ => {
+                        return Err(Error::InvalidLayout(format!(
+                            "device {j}'s piece of {layout} ({state:?}) does not have the layout of its share"
+                        )));
+                    }
+                }
+            }
+        }
+        self.static_buffer(tensors, pieces, usage)
+    }
+
+    fn static_buffer(
+        &self,
+        tensors: &[(Layout, SplitState)],
+        pieces: Vec<Vec<Option<Tensor>>>,
+        usage: BufferUsage,
+    ) -> Result<(Arc<MetaBuffer>, Vec<Tensor>)> {
         let align = self.buft.alignment().max(1);
         let mut offset = 0usize;
         let mut statics = Vec::with_capacity(tensors.len());
-        for ((layout, state), w) in tensors.iter().zip(&which) {
-            let pieces = w
-                .iter()
-                .enumerate()
-                .map(|(j, k)| k.and_then(|k| sets[j].as_ref().map(|s| s.tensors[k].clone())))
-                .collect();
+        for ((layout, state), pieces) in tensors.iter().zip(pieces) {
             statics.push(StaticTensor {
                 offset,
                 layout: *layout,
