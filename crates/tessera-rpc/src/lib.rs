@@ -17,5 +17,6 @@
 
 pub mod codec;
 pub mod msg;
+pub mod ops;
 pub mod proto;
 pub mod wire_tensor;

@@ -9,7 +9,9 @@ use crate::codec::Reader;
 use crate::proto::{CONN_CAPS_SIZE, Cmd, WIRE_MAX_SRC};
 use crate::wire_tensor::{RPC_TENSOR_SIZE, RpcTensor};
 
-/// A decoded request.
+/// A decoded request. (Tensor-carrying variants are large; requests are
+/// short-lived, so they are not boxed.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Version handshake; must come first.
