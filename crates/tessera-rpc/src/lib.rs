@@ -19,4 +19,9 @@ pub mod codec;
 pub mod msg;
 pub mod ops;
 pub mod proto;
+pub mod rebuild;
+pub mod server;
+pub mod session;
 pub mod wire_tensor;
+
+pub use server::{DEFAULT_ENDPOINT, Server, ServerConfig, ServerHandle};
