@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod codec;
 pub mod msg;
 pub mod ops;
@@ -24,4 +25,5 @@ pub mod server;
 pub mod session;
 pub mod wire_tensor;
 
+pub use client::{ClientOptions, RpcDevice, connect, connect_with};
 pub use server::{DEFAULT_ENDPOINT, Server, ServerConfig, ServerHandle};
