@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod raw;
+
 use std::sync::Arc;
 use std::time::Duration;
 
