@@ -151,3 +151,26 @@ fn recompute_sees_new_inputs() {
     let out = run(&dev, &g, &[(x, Val::F(ramp(16, 1.0)))], &[y]);
     assert_eq!(out.len(), 1);
 }
+
+/// GET_ALLOC_SIZE and INIT_TENSOR, sent (as upstream does) for quantized
+/// rows that are not a multiple of 512: the Tessera server answers
+/// `nbytes` and validates INIT_TENSOR's range like any other tensor.
+#[test]
+fn alloc_size_and_init_tensor_go_to_the_server() {
+    let h = server();
+    let dev = remote(&h);
+    let buft = dev.buffer_type();
+    let l = tessera::Layout::contiguous(DType::Q4_0, &[64, 3]).unwrap();
+    assert_eq!(buft.alloc_size(&l), l.nbytes());
+    assert_eq!(buft.alloc_size(&l), l.nbytes(), "cached answer");
+    let b = buft.alloc_buffer(l.nbytes() + 64).unwrap();
+    b.init_tensor(&l, 64).unwrap();
+    b.write(0, &[1, 2, 3]).unwrap();
+    let mut out = [0u8; 3];
+    b.read(0, &mut out).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    // A tensor placed past the end: the server closes the connection and
+    // the next call says so.
+    b.init_tensor(&l, 128).unwrap();
+    assert!(b.read(0, &mut out).is_err());
+}

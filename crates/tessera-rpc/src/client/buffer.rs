@@ -6,10 +6,11 @@
 //! protocol only moves tensors), in pieces of at most [`PIECE`] bytes.
 
 use std::any::Any;
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use tessera::buffer::{Copied, UsageCell, check_range};
-use tessera::{Buffer, BufferType, BufferUsage, Device, Error, Result};
+use tessera::{Buffer, BufferType, BufferUsage, Device, Error, Layout, Result};
 
 use crate::client::conn::Conn;
 use crate::msg::Request;
@@ -28,6 +29,31 @@ pub struct RpcBufferType {
     pub(crate) max_size: usize,
     pub(crate) device: Weak<dyn Device>,
     pub(crate) me: Weak<RpcBufferType>,
+    /// GET_ALLOC_SIZE answers by (type, extents, strides).
+    pub(crate) alloc_sizes: Mutex<HashMap<(u32, [usize; 4], [usize; 4]), usize>>,
+}
+
+/// Upstream's rule for asking the server: quantized tensors whose rows are
+/// not a multiple of 512 elements (a CUDA server pads them). Everything
+/// else is `nbytes`.
+fn server_sized(layout: &Layout) -> bool {
+    layout.dtype.is_quantized() && !layout.ne[0].is_multiple_of(512)
+}
+
+/// `layout` as a wire tensor at `data` of buffer `handle`.
+fn layout_tensor(layout: &Layout, handle: u64, data: u64) -> Result<RpcTensor> {
+    let mut t = RpcTensor {
+        id: 1,
+        dtype: layout.dtype.ggml_id(),
+        buffer: handle,
+        data,
+        ..RpcTensor::default()
+    };
+    for i in 0..4 {
+        t.ne[i] = u32::try_from(layout.ne[i]).map_err(|_| Error::Overflow("extent".into()))?;
+        t.nb[i] = u32::try_from(layout.nb[i]).map_err(|_| Error::Overflow("stride".into()))?;
+    }
+    Ok(t)
 }
 
 impl BufferType for RpcBufferType {
@@ -81,6 +107,33 @@ impl BufferType for RpcBufferType {
 
     fn max_size(&self) -> usize {
         self.max_size
+    }
+
+    fn alloc_size(&self, layout: &Layout) -> usize {
+        let n = layout.nbytes();
+        if !server_sized(layout) {
+            return n;
+        }
+        let key = (layout.dtype.ggml_id(), layout.ne, layout.nb);
+        let mut cache = self.alloc_sizes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&s) = cache.get(&key) {
+            return s.max(n);
+        }
+        let asked = layout_tensor(layout, 0, 0).and_then(|tensor| {
+            self.conn.call_u64(&Request::GetAllocSize {
+                device: self.device_index,
+                tensor,
+                srcs: Box::default(),
+            })
+        });
+        match asked.ok().and_then(|s| usize::try_from(s).ok()) {
+            Some(s) => {
+                cache.insert(key, s);
+                s.max(n)
+            }
+            // A lost connection shows on the next allocation.
+            None => n,
+        }
     }
 
     fn device(&self) -> Option<Arc<dyn Device>> {
@@ -179,6 +232,15 @@ impl Buffer for RpcBuffer {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn init_tensor(&self, layout: &Layout, offset: usize) -> Result<()> {
+        if self.handle == 0 || !server_sized(layout) {
+            return Ok(());
+        }
+        let tensor = layout_tensor(layout, self.handle, self.address(offset)?)?;
+        self.buft.conn.call(&Request::InitTensor { tensor })?;
+        Ok(())
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {

@@ -76,6 +76,7 @@ pub fn connect_with(endpoint: &str, opts: ClientOptions) -> Result<Vec<Arc<dyn D
                     max_size,
                     device: weak_dev,
                     me: bt.clone(),
+                    alloc_sizes: Default::default(),
                 }),
                 me: me.clone(),
             }
