@@ -30,8 +30,11 @@ pub struct RpcBufferType {
     pub(crate) device: Weak<dyn Device>,
     pub(crate) me: Weak<RpcBufferType>,
     /// GET_ALLOC_SIZE answers by (type, extents, strides).
-    pub(crate) alloc_sizes: Mutex<HashMap<(u32, [usize; 4], [usize; 4]), usize>>,
+    pub(crate) alloc_sizes: Mutex<HashMap<SizeKey, usize>>,
 }
+
+/// A layout as a cache key: ggml type, extents, strides.
+type SizeKey = (u32, [usize; 4], [usize; 4]);
 
 /// Upstream's rule for asking the server: quantized tensors whose rows are
 /// not a multiple of 512 elements (a CUDA server pads them). Everything
