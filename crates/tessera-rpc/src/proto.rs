@@ -30,6 +30,15 @@ pub const OP_PARAMS: usize = 16;
 /// ggml's `GGML_MAX_NAME`.
 pub const MAX_NAME: usize = 64;
 
+/// `GGML_TENSOR_FLAG_INPUT`.
+pub const FLAG_INPUT: i32 = 1;
+/// `GGML_TENSOR_FLAG_OUTPUT`.
+pub const FLAG_OUTPUT: i32 = 2;
+/// `GGML_TENSOR_FLAG_COMPUTE`: the node must be computed. ggml's CPU
+/// backend skips graph nodes without it, so a client must set it on every
+/// node it sends for computation.
+pub const FLAG_COMPUTE: i32 = 16;
+
 /// Writes larger than this may first be offered as a hash (`HASH_THRESHOLD`).
 pub const HASH_THRESHOLD: usize = 10 * 1024 * 1024;
 

@@ -7,7 +7,8 @@
 //! arithmetic, then checked against the buffer's size together with the
 //! tensor's byte span. A graph is rebuilt tensor by tensor in wire order
 //! (sources first, as every ggml client sends them): tensors that are not
-//! nodes to compute become leaves bound to their memory, nodes are rebuilt
+//! nodes to compute (not in the node list, or without
+//! `GGML_TENSOR_FLAG_COMPUTE`, which ggml's CPU backend skips) become leaves bound to their memory, nodes are rebuilt
 //! by [`crate::ops::decode`] through Tessera's constructors. A source that
 //! is not defined before its user (dangling, self-referencing, cyclic), a
 //! node id of 0 or unknown, a tensor without a buffer (whatever its `data`
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use tessera::{Buffer, Error, Graph, Layout, MAX_DIMS, Place, Placement, Result, TensorId};
 
 use crate::ops::{self, WireSrcs};
-use crate::proto::WIRE_MAX_SRC;
+use crate::proto::{FLAG_COMPUTE, WIRE_MAX_SRC};
 use crate::wire_tensor::RpcTensor;
 
 /// Bits of a handle's fake base address: buffers are smaller than 1 TiB.
@@ -156,7 +157,10 @@ pub fn rebuild(
             )));
         }
         let layout = layout_of(t)?;
-        let is_node = node_set.contains(&t.id) && t.op != ops::id::NONE;
+        // As ggml's CPU backend: a node without the COMPUTE flag is not
+        // computed (here: it is a leaf at its memory).
+        let is_node =
+            node_set.contains(&t.id) && t.op != ops::id::NONE && t.flags & FLAG_COMPUTE != 0;
         let tid = if is_node {
             let mut srcs: WireSrcs = [None; WIRE_MAX_SRC];
             for (d, &s) in srcs.iter_mut().zip(&t.src) {

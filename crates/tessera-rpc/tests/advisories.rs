@@ -13,6 +13,7 @@ use common::{Val, remote, run, server, server_with};
 use tessera::{DType, Graph};
 use tessera_rpc::ServerHandle;
 use tessera_rpc::msg::Request;
+use tessera_rpc::proto::FLAG_COMPUTE;
 use tessera_rpc::wire_tensor::RpcTensor;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -53,6 +54,7 @@ fn add_graph(b: u64, base: u64) -> (Vec<u64>, Vec<RpcTensor>) {
     let y = f32v(2, 4, b, base + 16);
     let mut z = f32v(3, 4, b, base + 32);
     z.op = 2;
+    z.flags = FLAG_COMPUTE;
     z.src[0] = 1;
     z.src[1] = 2;
     (vec![3], vec![x, y, z])
@@ -292,6 +294,7 @@ fn ops_outside_the_allow_list_are_refused() {
         let (_, mut t) = add_graph(b, base);
         let mut v = f32v(4, 4, b, base + 48);
         v.op = 37;
+        v.flags = FLAG_COMPUTE;
         v.src[0] = 1;
         v.view_src = 1;
         v.op_params[0] = 48; // offset 48 into a 16-byte source

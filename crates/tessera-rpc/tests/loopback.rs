@@ -174,3 +174,53 @@ fn alloc_size_and_init_tensor_go_to_the_server() {
     b.init_tensor(&l, 128).unwrap();
     assert!(b.read(0, &mut out).is_err());
 }
+
+/// As in ggml's CPU backend, a listed node without
+/// `GGML_TENSOR_FLAG_COMPUTE` is not computed; with it, it is.
+#[test]
+fn only_nodes_flagged_compute_are_computed() {
+    use common::raw::{Raw, f32v};
+    use tessera_rpc::msg::Request;
+    let h = server();
+    let mut r = Raw::new(h.addr());
+    let (b, base) = r.alloc(48);
+    let vals: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    r.call(&Request::SetTensor {
+        tensor: f32v(9, 8, b, base),
+        cache_flag: 0,
+        offset: 0,
+        data: vals,
+    })
+    .unwrap();
+    let sum = |r: &mut Raw, flags: i32| {
+        let mut z = f32v(3, 4, b, base + 32);
+        z.op = 2;
+        z.src = [1, 2, 0, 0, 0, 0, 0, 0, 0, 0];
+        z.flags = flags;
+        let tensors = vec![f32v(1, 4, b, base), f32v(2, 4, b, base + 16), z];
+        r.call(&Request::GraphCompute {
+            device: 0,
+            nodes: vec![3],
+            tensors,
+        })
+        .unwrap();
+        let out = r
+            .call(&Request::GetTensor {
+                tensor: f32v(3, 4, b, base + 32),
+                offset: 0,
+                size: 16,
+            })
+            .unwrap();
+        out.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<f32>>()
+    };
+    assert_eq!(sum(&mut r, 0), vec![0.0; 4], "computed without the flag");
+    assert_eq!(
+        sum(&mut r, tessera_rpc::proto::FLAG_COMPUTE),
+        vec![6.0, 8.0, 10.0, 12.0]
+    );
+}

@@ -17,6 +17,7 @@ use crate::client::buffer::RpcBuffer;
 use crate::client::conn::Conn;
 use crate::msg::Request;
 use crate::ops;
+use crate::proto::{FLAG_COMPUTE, FLAG_INPUT, FLAG_OUTPUT};
 use crate::wire_tensor::{RpcTensor, type_traits};
 
 fn wire_id(id: TensorId) -> u64 {
@@ -69,10 +70,10 @@ fn tensor(
         ..RpcTensor::default()
     };
     if node.flags.contains(Flags::INPUT) {
-        t.flags |= 1;
+        t.flags |= FLAG_INPUT;
     }
     if node.flags.contains(Flags::OUTPUT) {
-        t.flags |= 2;
+        t.flags |= FLAG_OUTPUT;
     }
     t.set_name(&node.name);
     if let Some(place) = placement.get(id) {
@@ -100,6 +101,7 @@ fn tensor(
         });
     }
     if is_node {
+        t.flags |= FLAG_COMPUTE;
         let (op, params, srcs) = ops::encode(graph, id)?;
         t.op = op;
         t.op_params = params;

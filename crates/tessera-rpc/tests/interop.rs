@@ -1,0 +1,110 @@
+//! Interoperability with llama.cpp's own `ggml-rpc-server` (protocol
+//! 7.0.0, built by `scripts/rpc-interop/build.sh`): Tessera's client
+//! computes graphs on it, compared with Tessera's local CPU within a
+//! tolerance (the kernels differ). Ignored by default: it needs the server
+//! running; `scripts/rpc-interop/run.sh` starts it and runs this with
+//! `TESSERA_RPC_INTEROP_ENDPOINT=127.0.0.1:PORT`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Val, client_options, cpu, ramp, run};
+use tessera::{DType, Device, GluOp, Graph, RopeMode, RopeParams, TensorId};
+
+fn llama_server() -> std::sync::Arc<dyn Device> {
+    let ep = std::env::var("TESSERA_RPC_INTEROP_ENDPOINT")
+        .expect("set TESSERA_RPC_INTEROP_ENDPOINT to a llama.cpp ggml-rpc-server");
+    assert!(ep.starts_with("127.0.0.1:"), "loopback only");
+    tessera_rpc::connect_with(&ep, client_options())
+        .unwrap()
+        .remove(0)
+}
+
+fn close(
+    dev: &std::sync::Arc<dyn Device>,
+    g: &Graph,
+    inputs: &[(TensorId, Val)],
+    outs: &[TensorId],
+) {
+    let want = run(&cpu(), g, inputs, outs);
+    let got = run(dev, g, inputs, outs);
+    for (i, (w, r)) in want.iter().zip(&got).enumerate() {
+        let w: Vec<f32> = bytemuck_f32(w);
+        let r: Vec<f32> = bytemuck_f32(r);
+        let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let maxd = w
+            .iter()
+            .zip(&r)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        println!(
+            "output {i}: {} values, max |diff| = {maxd:e} (scale {scale})",
+            w.len()
+        );
+        assert!(
+            maxd <= 2e-3 * scale,
+            "output {i}: max diff {maxd} at scale {scale}"
+        );
+    }
+}
+
+fn bytemuck_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs llama.cpp's ggml-rpc-server: scripts/rpc-interop/run.sh"]
+fn tessera_client_on_llama_cpp_server() {
+    let dev = llama_server();
+    for wt in [DType::F32, DType::Q8_0, DType::Q4_0] {
+        let mut g = Graph::new();
+        let w = g.new_tensor(wt, &[64, 32]).unwrap();
+        let x = g.new_tensor(DType::F32, &[64, 5]).unwrap();
+        let y = g.mul_mat(w, x).unwrap();
+        let inputs = [
+            (w, Val::F(ramp(64 * 32, 0.02))),
+            (x, Val::F(ramp(64 * 5, 0.1))),
+        ];
+        close(&dev, &g, &inputs, &[y]);
+    }
+    let (d, nh, hd, t, ff) = (64, 4, 16, 5, 96);
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[d, t]).unwrap();
+    let pos = g.input("pos", DType::I32, &[t]).unwrap();
+    let gain = g.new_tensor(DType::F32, &[d]).unwrap();
+    let wq = g.new_tensor(DType::Q8_0, &[d, d]).unwrap();
+    let wu = g.new_tensor(DType::Q4_0, &[d, ff]).unwrap();
+    let wg = g.new_tensor(DType::Q4_0, &[d, ff]).unwrap();
+    let wd = g.new_tensor(DType::F32, &[ff, d]).unwrap();
+    let emb = g.new_tensor(DType::Q8_0, &[d, 10]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[t]).unwrap();
+    let e = g.get_rows(emb, ids).unwrap();
+    let h0 = g.add(x, e).unwrap();
+    let n = g.rms_norm(h0, 1e-6).unwrap();
+    let hdn = g.mul(n, gain).unwrap();
+    let q = g.mul_mat(wq, hdn).unwrap();
+    let q = g.reshape(q, &[hd, nh, t]).unwrap();
+    let q = g
+        .rope(q, pos, None, RopeParams::new(hd, RopeMode::Neox, 10000.0))
+        .unwrap();
+    let sm = g.soft_max_ext(q, None, 0.25, 0.0).unwrap();
+    let up = g.mul_mat(wu, hdn).unwrap();
+    let gate = g.mul_mat(wg, hdn).unwrap();
+    let act = g.glu_split(gate, up, GluOp::SwiGlu).unwrap();
+    let down = g.mul_mat(wd, act).unwrap();
+    let out = g.add(h0, down).unwrap();
+    let inputs = [
+        (x, Val::F(ramp(d * t, 0.1))),
+        (pos, Val::I((0..t as i32).collect())),
+        (gain, Val::F(ramp(d, 0.2))),
+        (wq, Val::F(ramp(d * d, 0.01))),
+        (wu, Val::F(ramp(d * ff, 0.011))),
+        (wg, Val::F(ramp(d * ff, 0.017))),
+        (wd, Val::F(ramp(ff * d, 0.007))),
+        (emb, Val::F(ramp(d * 10, 0.05))),
+        (ids, Val::I(vec![3, 9, 0, 3, 7])),
+    ];
+    close(&dev, &g, &inputs, &[sm, out]);
+}
