@@ -104,7 +104,11 @@ impl Server {
             if self.stop.load(Ordering::SeqCst) {
                 break;
             }
-            let Ok(sock) = conn else { continue };
+            let Ok(sock) = conn else {
+                // Out of descriptors or similar: do not spin.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
             if self.active.load(Ordering::SeqCst) >= self.config.max_connections {
                 if self.config.verbose {
                     eprintln!("rpc-server: connection limit reached, closing a new connection");
