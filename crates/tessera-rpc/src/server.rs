@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub max_buffer_bytes: u64,
     /// Largest total of one client's buffers, in bytes.
     pub max_client_bytes: u64,
+    /// Most buffers one client holds at once (empty ones included).
+    pub max_buffers: usize,
     /// Most nodes (and tensors) in one graph.
     pub max_graph_nodes: usize,
     /// Compute threads per stream (`None`: the device's default).
@@ -54,6 +56,7 @@ impl Default for ServerConfig {
             max_message_bytes: 1 << 30,
             max_buffer_bytes: 16 << 30,
             max_client_bytes: 32 << 30,
+            max_buffers: 1 << 16,
             max_graph_nodes: 1 << 16,
             threads: None,
             idle_timeout: Some(Duration::from_secs(600)),

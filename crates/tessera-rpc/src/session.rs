@@ -102,6 +102,7 @@ impl Session {
         let total = self.used_bytes.checked_add(size);
         if size > self.config.max_buffer_bytes
             || total.is_none_or(|t| t > self.config.max_client_bytes)
+            || self.buffers.len() >= self.config.max_buffers
             || self.next_handle >= 1 << (63 - BASE_SHIFT)
         {
             return Ok(refused);

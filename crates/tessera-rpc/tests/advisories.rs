@@ -435,6 +435,19 @@ fn huge_and_excess_allocations_are_refused() {
     assert_eq!(reply, vec![0; 16], "per-client total not enforced");
     r.call(&Request::FreeBuffer { buffer: a }).unwrap();
     r.alloc(600 << 10);
+    // The number of buffers is bounded too (empty ones included).
+    let h2 = server_with(tessera_rpc::ServerConfig {
+        max_buffers: 3,
+        ..common::config()
+    });
+    let mut r2 = Raw::new(h2.addr());
+    for _ in 0..3 {
+        r2.alloc(0);
+    }
+    let reply = r2
+        .call(&Request::AllocBuffer { device: 0, size: 0 })
+        .unwrap();
+    assert_eq!(reply, vec![0; 16], "buffer count not enforced");
     // A device that does not exist.
     r.call(&Request::AllocBuffer {
         device: 7,

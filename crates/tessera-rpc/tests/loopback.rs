@@ -224,3 +224,16 @@ fn only_nodes_flagged_compute_are_computed() {
         vec![6.0, 8.0, 10.0, 12.0]
     );
 }
+
+/// `register` puts the remote devices in the global registry, by name.
+#[test]
+fn registered_devices_are_found_by_name() {
+    let h = server();
+    let ep = h.addr().to_string();
+    let devs = tessera_rpc::register(&ep).unwrap();
+    let name = format!("RPC0[{ep}]");
+    assert_eq!(devs[0].name(), name);
+    let found = tessera::Registry::global().device_by_name(&name).unwrap();
+    assert_eq!(found.family_name(), "RPC");
+    assert!(found.memory().total > 0);
+}

@@ -86,6 +86,17 @@ pub fn connect_with(endpoint: &str, opts: ClientOptions) -> Result<Vec<Arc<dyn D
     Ok(out)
 }
 
+/// [`connect`], then add the devices to the global registry (as devices of
+/// no family, found by name, e.g. `RPC0[127.0.0.1:50052]`). Devices whose
+/// name is already registered are skipped; all are returned.
+pub fn register(endpoint: &str) -> Result<Vec<Arc<dyn Device>>> {
+    let devs = connect(endpoint)?;
+    for d in &devs {
+        tessera::Registry::global().register_device(d.clone());
+    }
+    Ok(devs)
+}
+
 impl RpcDevice {
     /// The connection (e.g. to check it is still open).
     pub fn conn(&self) -> &Arc<Conn> {

@@ -7,4 +7,4 @@ pub mod device;
 pub mod graph;
 
 pub use conn::ClientOptions;
-pub use device::{RpcDevice, RpcStream, connect, connect_with};
+pub use device::{RpcDevice, RpcStream, connect, connect_with, register};
