@@ -5,7 +5,9 @@
 #     against Tessera's server (example rpc_server over the CPU): the graph
 #     must equal ggml's local CPU result within 1e-4.
 #  2. Tessera's client against llama.cpp's ggml-rpc-server: the ignored
-#     test `interop` compares with Tessera's local CPU.
+#     tests `interop` (graphs, and a 2-layer transformer through the
+#     scheduler with GRAPH_RECOMPUTE) compare with Tessera's local CPU
+#     (llama.cpp's server serves one client at a time: one test at a time).
 #
 # Usage: scripts/rpc-interop/build.sh [WORKDIR] && scripts/rpc-interop/run.sh [WORKDIR]
 set -euo pipefail
@@ -30,5 +32,5 @@ timeout 60 "$WORK/ggml-rpc-client" "127.0.0.1:$P1"
 
 echo "== Tessera client -> llama.cpp server (127.0.0.1:$P2)"
 TESSERA_RPC_INTEROP_ENDPOINT="127.0.0.1:$P2" timeout 300 \
-  cargo test -q -p tessera-rpc --test interop -- --ignored --nocapture
+  cargo test -q -p tessera-rpc --test interop -- --ignored --nocapture --test-threads=1
 echo "interop: both directions OK"

@@ -183,6 +183,11 @@ impl Session {
                 offset,
                 size,
             } => {
+                if size > self.config.max_message_bytes {
+                    return Err(Error::Malformed(format!(
+                        "GET_TENSOR of {size} bytes exceeds the message limit"
+                    )));
+                }
                 let r = self.resolve(&tensor)?;
                 let at = r.sub_range(offset, size)?;
                 let mut out = try_zeroed_vec(size as usize, "a GET_TENSOR reply")?;

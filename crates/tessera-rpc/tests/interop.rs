@@ -108,3 +108,61 @@ fn tessera_client_on_llama_cpp_server() {
     ];
     close(&dev, &g, &inputs, &[sm, out]);
 }
+
+/// A 2-layer transformer through the scheduler over [llama.cpp server,
+/// local CPU], three steps (the later ones go as GRAPH_RECOMPUTE), against
+/// Tessera's CPU alone.
+#[test]
+#[ignore = "needs llama.cpp's ggml-rpc-server: scripts/rpc-interop/run.sh"]
+fn scheduler_over_llama_cpp_server_recomputes() {
+    use tessera::{Placement, Scheduler, SchedulerOptions, StreamOptions};
+    use tessera_testkit::block::{Block, BlockShape};
+    let dev = llama_server();
+    let b = Block::build(BlockShape {
+        n_embd: 64,
+        n_ff: 128,
+        n_tokens: 5,
+        n_layers: 2,
+        wtype: DType::Q8_0,
+    })
+    .unwrap();
+    let steps = |devs: Vec<std::sync::Arc<dyn Device>>| {
+        let streams = devs
+            .iter()
+            .map(|d| {
+                let o = if d.family_name() == "RPC" {
+                    StreamOptions::new()
+                } else {
+                    StreamOptions::new().threads(2)
+                };
+                d.new_stream(&o).unwrap()
+            })
+            .collect();
+        let mut sc = Scheduler::new(streams, SchedulerOptions::default()).unwrap();
+        let mut p = Placement::new(&b.graph);
+        let _w = b.bind_weights(devs[0].as_ref(), &mut p).unwrap();
+        sc.alloc_graph(&b.graph, &mut p).unwrap();
+        let mut outs = Vec::new();
+        for step in 0..3 {
+            p.tensor(&b.graph, b.x)
+                .unwrap()
+                .write_f32(&b.input_values(step).unwrap())
+                .unwrap();
+            sc.compute(&b.graph, &p).unwrap();
+            outs.push(p.tensor(&b.graph, b.out).unwrap().read_f32().unwrap());
+        }
+        outs
+    };
+    let want = steps(vec![cpu()]);
+    let got = steps(vec![dev, cpu()]);
+    for (step, (w, g)) in want.iter().zip(&got).enumerate() {
+        let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let maxd = w.iter().zip(g).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        println!("step {step}: max |diff| = {maxd:e} (scale {scale})");
+        assert!(maxd <= 2e-3 * scale, "step {step}: {maxd} at scale {scale}");
+    }
+    assert_ne!(
+        want[0], want[1],
+        "steps must differ to catch a stale recompute"
+    );
+}
