@@ -42,6 +42,15 @@ pub const FLAG_COMPUTE: i32 = 16;
 /// Writes larger than this may first be offered as a hash (`HASH_THRESHOLD`).
 pub const HASH_THRESHOLD: usize = 10 * 1024 * 1024;
 
+/// FNV-1a 64 of `data`, the hash SET_TENSOR_HASH names bytes by (not
+/// collision-resistant: a server's cache shared by distrusting clients can
+/// be poisoned).
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The commands, numbered as `enum rpc_cmd` (HELLO pinned at 14).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -135,6 +144,13 @@ impl Cmd {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
 
     #[test]
     fn command_numbers_match_enum_rpc_cmd() {

@@ -166,3 +166,43 @@ fn scheduler_over_llama_cpp_server_recomputes() {
         "steps must differ to catch a stale recompute"
     );
 }
+
+/// Against llama.cpp's server started with `-c` (tensor cache in
+/// `TESSERA_RPC_INTEROP_CACHE_DIR`, at `TESSERA_RPC_INTEROP_CACHED_ENDPOINT`):
+/// weights over 10 MiB are stored in the cache under their FNV-1a hash on
+/// first write, and a second write of the same bytes is served from the
+/// cache (proved by altering the cached file: the altered bytes arrive).
+#[test]
+#[ignore = "needs llama.cpp's ggml-rpc-server -c: scripts/rpc-interop/run.sh"]
+fn weights_go_through_llama_cpp_tensor_cache() {
+    let ep = std::env::var("TESSERA_RPC_INTEROP_CACHED_ENDPOINT").unwrap();
+    let dir = std::path::PathBuf::from(std::env::var("TESSERA_RPC_INTEROP_CACHE_DIR").unwrap());
+    assert!(ep.starts_with("127.0.0.1:"), "loopback only");
+    let dev = tessera_rpc::connect_with(&ep, client_options())
+        .unwrap()
+        .remove(0);
+    let n = (10 << 20) + 4096;
+    let seed = std::process::id() as usize;
+    let data: Vec<u8> = (0..n).map(|i| ((i + seed) * 131 % 251) as u8).collect();
+    let file = dir.join(format!("{:016x}", tessera_rpc::proto::fnv1a64(&data)));
+    let _ = std::fs::remove_file(&file);
+    let write = |bytes: &[u8]| {
+        let b = dev.buffer_type().alloc_buffer(n).unwrap();
+        b.set_usage(tessera::BufferUsage::Weights);
+        b.write(0, bytes).unwrap();
+        let mut back = vec![0u8; n];
+        b.read(0, &mut back).unwrap();
+        back
+    };
+    assert!(write(&data) == data);
+    let cached = std::fs::read(&file).expect("the server cached the weights");
+    assert!(cached == data);
+    let mut altered = data.clone();
+    altered[12345] ^= 0xFF;
+    std::fs::write(&file, &altered).unwrap();
+    assert!(
+        write(&data) == altered,
+        "the second write did not come from the cache"
+    );
+    std::fs::remove_file(&file).unwrap();
+}

@@ -237,3 +237,19 @@ fn registered_devices_are_found_by_name() {
     assert_eq!(found.family_name(), "RPC");
     assert!(found.memory().total > 0);
 }
+
+/// Weights over 10 MiB go by hash first (SET_TENSOR_HASH); the Tessera
+/// server has no tensor cache and says so, and the bytes follow.
+#[test]
+fn large_weights_are_offered_by_hash_then_sent() {
+    let h = server();
+    let dev = remote(&h);
+    let n = (10 << 20) + 4096;
+    let b = dev.buffer_type().alloc_buffer(n + 64).unwrap();
+    b.set_usage(tessera::BufferUsage::Weights);
+    let data: Vec<u8> = (0..n).map(|i| (i * 131 % 251) as u8).collect();
+    b.write(64, &data).unwrap();
+    let mut back = vec![0u8; n];
+    b.read(64, &mut back).unwrap();
+    assert!(back == data);
+}

@@ -14,6 +14,7 @@ use tessera::{Buffer, BufferType, BufferUsage, Device, Error, Layout, Result};
 
 use crate::client::conn::Conn;
 use crate::msg::Request;
+use crate::proto::{HASH_THRESHOLD, fnv1a64};
 use crate::wire_tensor::{GGML_TYPE_I8, RpcTensor};
 
 /// Largest piece of one SET/GET/MEMSET/COPY request.
@@ -246,13 +247,30 @@ impl Buffer for RpcBuffer {
         Ok(())
     }
 
+    /// Weights above [`HASH_THRESHOLD`] are first offered by hash
+    /// (SET_TENSOR_HASH, per piece): a server with a tensor cache that has
+    /// the bytes writes them itself; otherwise they follow with the cache
+    /// flag set, as upstream's client does.
     fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let by_hash = self.usage() == BufferUsage::Weights && data.len() > HASH_THRESHOLD;
         self.pieces(offset, data.len(), |at, n| {
+            let piece = &data[at..at + n];
+            let tensor = self.raw(offset + at, n)?;
+            if by_hash {
+                let r = self.buft.conn.call(&Request::SetTensorHash {
+                    tensor: tensor.clone(),
+                    offset: 0,
+                    hash: fnv1a64(piece),
+                })?;
+                if r.first() == Some(&1) {
+                    return Ok(());
+                }
+            }
             self.buft.conn.call(&Request::SetTensor {
-                tensor: self.raw(offset + at, n)?,
-                cache_flag: 0,
+                tensor,
+                cache_flag: u8::from(by_hash),
                 offset: 0,
-                data: data[at..at + n].to_vec(),
+                data: piece.to_vec(),
             })?;
             Ok(())
         })
