@@ -23,6 +23,7 @@ mod devices;
 mod gguf;
 mod llm;
 mod plan;
+mod rpc_server;
 mod run;
 mod tokenize;
 
@@ -68,6 +69,8 @@ enum Command {
     Support,
     /// Show how the scheduler splits a transformer graph over devices.
     Plan(plan::PlanArgs),
+    /// Serve local devices over ggml-rpc (llama.cpp's `--rpc HOST:PORT`).
+    RpcServer(rpc_server::RpcServerArgs),
     /// Inspect GGUF files.
     Gguf {
         #[command(subcommand)]
@@ -118,6 +121,7 @@ impl Command {
             Command::Gguf { .. } | Command::Tokenize(_) => false,
             Command::Run(args) => args.model.uses_gpu(),
             Command::Chat(args) => args.model.uses_gpu(),
+            Command::RpcServer(args) => args.uses_gpu(),
         }
     }
 }
@@ -152,6 +156,7 @@ fn main() -> ExitCode {
         } => conformance::run_test(device.as_deref(), filter.as_deref(), verbose),
         Command::Support => conformance::run_support(),
         Command::Plan(args) => plan::run(&args),
+        Command::RpcServer(args) => rpc_server::run(&args),
         Command::Gguf {
             what: GgufWhat::Info(args),
         } => gguf::run_info(&args),
