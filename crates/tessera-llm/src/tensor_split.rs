@@ -105,18 +105,94 @@ pub fn weight_state(meta: &MetaDevice, name: &str, layout: &Layout, p: &Params) 
         .unwrap_or(SplitState::Mirrored)
 }
 
-/// Bind tensors of `layouts` (named `names`) on `meta`, split by role.
-pub fn alloc_weights(
+/// Can device pieces of a tensor held as `state` be views of its bytes?
+/// Mirrored ones, and cuts along the outermost axis (the pieces are then
+/// consecutive byte ranges).
+fn contiguous_pieces(layout: &Layout, state: &SplitState) -> bool {
+    match state {
+        SplitState::Mirrored => true,
+        SplitState::Split(s) => layout.ne[s.axis + 1..].iter().all(|&n| n == 1),
+        SplitState::Partial => false,
+    }
+}
+
+/// Bind the weights `bound` (data from the GGUF tensors `names[i].1`) on
+/// `meta`, split by role. When every device reads host memory, the
+/// mirrored tensors and those cut along their outermost axis are views of
+/// the file's bytes (zero copy: with a mapped file, the map); the others
+/// (row-parallel weights, whose pieces are strided) are allocated, to be
+/// written by the caller. Returns each tensor with whether it needs its
+/// bytes written, and the bytes its pieces take on all devices.
+pub fn bind_weights(
     meta: &MetaDevice,
-    names: &[&str],
+    file: &tessera_gguf::GgufFile,
+    names: &[(String, String)],
+    bound: &[&str],
     layouts: &[Layout],
     p: &Params,
-) -> Result<Vec<tessera::Tensor>> {
-    let specs: Vec<(Layout, SplitState)> = names
-        .iter()
-        .zip(layouts)
-        .map(|(n, l)| (*l, weight_state(meta, n, l, p)))
-        .collect();
-    let (_, tensors) = meta.alloc_split(&specs, tessera::BufferUsage::Weights)?;
-    Ok(tensors)
+) -> Result<(Vec<(tessera::Tensor, bool)>, usize)> {
+    let host = meta.devices().iter().all(|d| d.buffer_type().is_host());
+    let data = host.then(|| file.data_buffer(meta.devices()[0].buffer_type()));
+    let mut views: Vec<(usize, (Layout, SplitState), Vec<Option<tessera::Tensor>>)> = Vec::new();
+    let mut copies: Vec<(usize, (Layout, SplitState))> = Vec::new();
+    for (i, (name, layout)) in bound.iter().zip(layouts).enumerate() {
+        let state = weight_state(meta, name, layout, p);
+        match &data {
+            Some(data) if contiguous_pieces(layout, &state) => {
+                let whole = file.tensor_in(data, &names[i].1)?;
+                let n = meta.devices().len();
+                let pieces = match &state {
+                    SplitState::Split(s) => {
+                        let starts = s.starts();
+                        let bs = if s.axis == 0 {
+                            layout.dtype.block_size()
+                        } else {
+                            1
+                        };
+                        (0..n)
+                            .map(|j| {
+                                s.piece_layout(layout, j)?
+                                    .map(|l| {
+                                        let off = starts[j] / bs * layout.nb[s.axis];
+                                        tessera::Tensor::new(
+                                            l,
+                                            whole.buffer().clone(),
+                                            whole.offset() + off,
+                                        )
+                                    })
+                                    .transpose()
+                            })
+                            .collect::<Result<Vec<_>>>()?
+                    }
+                    _ => vec![Some(whole); n],
+                };
+                views.push((i, (*layout, state), pieces));
+            }
+            _ => copies.push((i, (*layout, state))),
+        }
+    }
+    let mut out: Vec<Option<(tessera::Tensor, bool)>> = vec![None; bound.len()];
+    let mut bytes = 0;
+    if !views.is_empty() {
+        let specs: Vec<_> = views.iter().map(|v| v.1.clone()).collect();
+        let idx: Vec<usize> = views.iter().map(|v| v.0).collect();
+        let pieces = views.into_iter().map(|v| v.2).collect();
+        let (_, ts) = meta.bind_split(&specs, pieces, tessera::BufferUsage::Weights)?;
+        for (i, t) in idx.into_iter().zip(ts) {
+            out[i] = Some((t, false));
+        }
+    }
+    if !copies.is_empty() {
+        let specs: Vec<_> = copies.iter().map(|c| c.1.clone()).collect();
+        let (buf, ts) = meta.alloc_split(&specs, tessera::BufferUsage::Weights)?;
+        bytes += buf.bytes_per_device().iter().sum::<usize>();
+        for ((i, _), t) in copies.into_iter().zip(ts) {
+            out[i] = Some((t, true));
+        }
+    }
+    let out = out
+        .into_iter()
+        .map(|t| t.ok_or_else(|| tessera::Error::InvalidLayout("a weight left unbound".into())))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((out, bytes))
 }

@@ -117,14 +117,16 @@ impl Weights {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let bound: Vec<&str> = names.iter().map(|(b, _)| b.as_str()).collect();
-                let set = crate::tensor_split::alloc_weights(&meta, &bound, &layouts, &params)?;
-                let mut bytes = 0;
-                for ((b, d), t) in names.iter().zip(set) {
-                    let data = file.tensor_data(d)?;
-                    t.write(0, data)?;
-                    done += data.len() as u64;
-                    bytes += data.len();
-                    progress(done, total);
+                let (set, bytes) = crate::tensor_split::bind_weights(
+                    &meta, file, &names, &bound, &layouts, &params,
+                )?;
+                for ((b, d), (t, copied)) in names.iter().zip(set) {
+                    if copied {
+                        let data = file.tensor_data(d)?;
+                        t.write(0, data)?;
+                        done += data.len() as u64;
+                        progress(done, total);
+                    }
                     tensors.insert(b.clone(), t);
                 }
                 sizes.push((buft.name().to_string(), bytes));
