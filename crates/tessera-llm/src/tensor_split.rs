@@ -105,6 +105,9 @@ pub fn weight_state(meta: &MetaDevice, name: &str, layout: &Layout, p: &Params) 
         .unwrap_or(SplitState::Mirrored)
 }
 
+/// A weight bound as views: its index, layout and state, and its pieces.
+type ViewSpec = (usize, (Layout, SplitState), Vec<Option<tessera::Tensor>>);
+
 /// Can device pieces of a tensor held as `state` be views of its bytes?
 /// Mirrored ones, and cuts along the outermost axis (the pieces are then
 /// consecutive byte ranges).
@@ -133,7 +136,7 @@ pub fn bind_weights(
 ) -> Result<(Vec<(tessera::Tensor, bool)>, usize)> {
     let host = meta.devices().iter().all(|d| d.buffer_type().is_host());
     let data = host.then(|| file.data_buffer(meta.devices()[0].buffer_type()));
-    let mut views: Vec<(usize, (Layout, SplitState), Vec<Option<tessera::Tensor>>)> = Vec::new();
+    let mut views: Vec<ViewSpec> = Vec::new();
     let mut copies: Vec<(usize, (Layout, SplitState))> = Vec::new();
     for (i, (name, layout)) in bound.iter().zip(layouts).enumerate() {
         let state = weight_state(meta, name, layout, p);

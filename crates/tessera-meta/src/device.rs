@@ -299,10 +299,23 @@ impl Device for MetaDevice {
     }
 
     fn new_stream(&self, options: &StreamOptions) -> Result<Arc<dyn Stream>> {
+        // A thread count is for the devices that have threads: the others
+        // get the same options without it.
+        let mut unthreaded = StreamOptions::new();
+        for (k, v) in options.settings() {
+            unthreaded = unthreaded.set(k, v);
+        }
         let streams = self
             .devices
             .iter()
-            .map(|d| d.new_stream(options))
+            .map(|d| match d.new_stream(options) {
+                Err(Error::Unsupported { .. })
+                    if options.thread_count().ok().flatten().is_some() =>
+                {
+                    d.new_stream(&unthreaded)
+                }
+                other => other,
+            })
             .collect::<Result<Vec<_>>>()?;
         let device = self
             .buft

@@ -16,7 +16,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use tessera::{Buffer, Error, Graph, Layout, Op, Place, Placement, Result, TensorId};
+use tessera::{Buffer, Device, Error, Graph, Layout, Op, Place, Placement, Result, TensorId};
 
 use crate::buffer::MetaBuffer;
 use crate::rebuild::rebuild;
@@ -44,6 +44,14 @@ pub(crate) enum Step {
         from: Vec<Option<TensorId>>,
         into: Vec<Vec<Option<TensorId>>>,
     },
+    /// Slices by copy: each device's piece of its whole (contiguous) copy
+    /// `whole[j]` copied into `piece[j]`, for devices that cannot slice
+    /// with a view and a copy kernel.
+    Slice {
+        whole: Vec<Option<TensorId>>,
+        piece: Vec<Option<TensorId>>,
+        runs: Vec<Runs>,
+    },
     /// All-gather: every device's piece (`pieces[k]`, compact) is copied
     /// into its place in `whole[j]` on every device `j`.
     Gather {
@@ -68,6 +76,7 @@ pub(crate) struct Lowered {
 }
 
 pub(crate) struct Lower<'a> {
+    devices: &'a [Arc<dyn Device>],
     pub graph: &'a Graph,
     pub placement: &'a Placement,
     pub range: Range<usize>,
@@ -89,10 +98,12 @@ impl<'a> Lower<'a> {
         graph: &'a Graph,
         placement: &'a Placement,
         range: Range<usize>,
-        n: usize,
+        devices: &'a [Arc<dyn Device>],
         split_inputs: Option<u64>,
     ) -> Self {
+        let n = devices.len();
         Lower {
+            devices,
             graph,
             placement,
             range,
@@ -499,6 +510,9 @@ impl<'a> Lower<'a> {
         let bs = l.dtype.block_size();
         let starts = split.starts();
         let mut ids = vec![None; self.n];
+        if !self.can_slice(&m, split)? {
+            return self.slice_by_copy(&m, split);
+        }
         for j in 0..self.n {
             let Some(sid) = m.ids[j] else { continue };
             if split.sizes[j] == 0 {
@@ -525,6 +539,70 @@ impl<'a> Lower<'a> {
             state: SplitState::Split(split.clone()),
             layout: l,
             ids,
+        })
+    }
+
+    /// Every device with a share runs the view-and-copy slice of `m`
+    /// (asked on a probe graph: a view of its copy, then CONT).
+    fn can_slice(&self, m: &Held, split: &Split) -> Result<bool> {
+        for j in 0..self.n {
+            let Some(sid) = m.ids[j] else { continue };
+            let Some(piece) = split.piece_layout(&m.layout, j)? else {
+                continue;
+            };
+            let full = self.gs[j].layout(sid)?;
+            let mut probe = Graph::new();
+            let leaf = probe.new_leaf(full)?;
+            let src = if full.nb[0] == full.dtype.type_size() {
+                leaf
+            } else {
+                let c = probe.cont(leaf)?;
+                if !self.devices[j].supports_op(&probe, c) {
+                    return Ok(false);
+                }
+                c
+            };
+            let l = probe.layout(src)?;
+            let v = probe.view(src, piece.ne, [l.nb[1], l.nb[2], l.nb[3]], 0)?;
+            let c = probe.cont(v)?;
+            if !self.devices[j].supports_op(&probe, c) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Slicing through the host: every device's piece copied out of its
+    /// whole copy (which must be contiguous) between compute steps.
+    fn slice_by_copy(&mut self, m: &Held, split: &Split) -> Result<Held> {
+        let whole = Layout::contiguous4(m.layout.dtype, m.layout.ne)?;
+        let mut from = vec![None; self.n];
+        let mut piece = vec![None; self.n];
+        for j in 0..self.n {
+            let Some(sid) = m.ids[j] else { continue };
+            let Some(pl) = split.piece_layout(&m.layout, j)? else {
+                continue;
+            };
+            if self.gs[j].layout(sid)? != whole {
+                return Err(Error::unsupported(
+                    self.devices[j].name(),
+                    format!("slicing the strided tensor {}", m.layout),
+                ));
+            }
+            self.gs[j].set_output(sid)?;
+            from[j] = Some(sid);
+            piece[j] = Some(self.gs[j].new_leaf(pl)?);
+        }
+        self.flush();
+        self.steps.push(Step::Slice {
+            whole: from,
+            piece: piece.clone(),
+            runs: split.runs(&whole)?,
+        });
+        Ok(Held {
+            state: SplitState::Split(split.clone()),
+            layout: whole,
+            ids: piece,
         })
     }
 

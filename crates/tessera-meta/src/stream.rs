@@ -166,7 +166,7 @@ impl MetaStream {
             graph,
             placement,
             range.clone(),
-            n,
+            &self.devices,
             self.options.split_inputs,
         )
         .run()?;
@@ -216,6 +216,23 @@ impl MetaStream {
                                 stats.reduce_bytes += bytes.len() as u64;
                             }
                         }
+                    }
+                }
+                Step::Slice { whole, piece, runs } => {
+                    for j in 0..whole.len() {
+                        let (Some(w), Some(p)) = (whole[j], piece[j]) else {
+                            continue;
+                        };
+                        let bytes = places[j].tensor(&lowered.graphs[j], w)?.to_bytes()?;
+                        let r = runs[j];
+                        let mut out = Vec::with_capacity(r.piece_bytes());
+                        for row in 0..r.rows {
+                            let a = r.whole_start + row * r.whole_stride;
+                            out.extend_from_slice(bytes.get(a..a + r.piece).ok_or_else(|| {
+                                Error::OutOfBounds("a slice past its whole tensor".into())
+                            })?);
+                        }
+                        places[j].tensor(&lowered.graphs[j], p)?.write(0, &out)?;
                     }
                 }
                 Step::Gather {
@@ -320,11 +337,22 @@ impl Stream for MetaStream {
         self.run(graph, placement, range)
     }
 
+    /// Every device stream that has threads gets `n`; an error only when
+    /// none has threads (or one refuses `n` for another reason).
     fn set_n_threads(&self, n: usize) -> Result<()> {
+        let mut any = false;
         for s in &self.streams {
-            s.set_n_threads(n)?;
+            match s.set_n_threads(n) {
+                Ok(()) => any = true,
+                Err(Error::Unsupported { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        if any {
+            Ok(())
+        } else {
+            Err(Error::unsupported(&self.name, "a thread count"))
+        }
     }
 
     fn set_abort_callback(&self, callback: Option<AbortCallback>) -> Result<()> {

@@ -2,7 +2,9 @@
 //! with its inputs cut along pseudo-random axes into pseudo-random shares
 //! (empty ones included), must match the f64 reference as on one device.
 //! This runs every split rule (and the gathers and reductions they need)
-//! on every op case.
+//! on every op case: over two and three CPU devices, over the CPU and the
+//! GPU (lavapipe in CI), and over two logical GPU devices with uneven
+//! shares.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -23,10 +25,14 @@ fn meta(n: usize, seed: Option<u64>) -> Arc<MetaDevice> {
 }
 
 fn check(device: &dyn Device, label: &str) {
+    check_threads(device, label, Some(1));
+}
+
+fn check_threads(device: &dyn Device, label: &str, n_threads: Option<usize>) {
     let filter = std::env::var("TESSERA_CONFORMANCE_FILTER").ok();
     let options = RunOptions {
         filter: filter.as_deref(),
-        n_threads: Some(1),
+        n_threads,
         stream_params: "",
     };
     let report = run_all_with(device, &options).expect("a meta stream");
@@ -68,5 +74,70 @@ fn every_case_on_three_cpus_with_split_inputs() {
     check(
         meta(3, Some(7)).as_ref(),
         "meta(cpu x3), inputs split (seed 7)",
+    );
+}
+
+/// A GPU adapter (lavapipe in CI), or `None` with a note (a failure under
+/// `TESSERA_REQUIRE_GPU=1`).
+fn gpu() -> Option<Arc<dyn Device>> {
+    tessera_wgpu::register();
+    let d = tessera::Registry::global()
+        .devices()
+        .into_iter()
+        .find(|d| d.family_name() != "CPU");
+    if d.is_none() {
+        assert!(
+            std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "TESSERA_REQUIRE_GPU=1 but no GPU adapter"
+        );
+        eprintln!("skipped: no GPU adapter");
+    }
+    d
+}
+
+#[test]
+fn every_case_on_a_cpu_and_a_gpu_with_split_inputs() {
+    let Some(gpu) = gpu() else { return };
+    let cpu: Arc<dyn Device> = tessera_cpu::device();
+    let meta = MetaDevice::new(
+        vec![cpu, gpu],
+        SplitPolicy::even(2).unwrap(),
+        MetaOptions {
+            split_inputs: Some(3),
+        },
+    )
+    .unwrap();
+    check(meta.as_ref(), "meta(cpu, gpu), inputs split (seed 3)");
+}
+
+#[test]
+fn every_case_on_two_logical_gpus_with_split_inputs() {
+    if gpu().is_none() {
+        return;
+    }
+    let open = |name: &str| -> Arc<dyn Device> {
+        tessera_wgpu::family()
+            .open_device(
+                0,
+                &tessera_wgpu::DeviceOptions {
+                    name: Some(name.into()),
+                    max_buffer_size: None,
+                },
+            )
+            .unwrap()
+    };
+    let meta = MetaDevice::new(
+        vec![open("WGPU0.a"), open("WGPU0.b")],
+        SplitPolicy::new(vec![2.0, 1.0]).unwrap(),
+        MetaOptions {
+            split_inputs: Some(4),
+        },
+    )
+    .unwrap();
+    // No device has threads: none is asked for.
+    check_threads(
+        meta.as_ref(),
+        "meta(gpu.a, gpu.b), inputs split (seed 4)",
+        None,
     );
 }
