@@ -209,11 +209,20 @@ impl MetaStream {
                     stats.reduces += 1;
                     for (c, f) in from.iter().enumerate() {
                         let Some(f) = f else { continue };
-                        let bytes = places[c].tensor(&lowered.graphs[c], *f)?.to_bytes()?;
+                        let src = places[c].tensor(&lowered.graphs[c], *f)?;
                         for (j, row) in into.iter().enumerate() {
                             if let Some(r) = row[c] {
-                                places[j].tensor(&lowered.graphs[j], r)?.write(0, &bytes)?;
-                                stats.reduce_bytes += bytes.len() as u64;
+                                // Buffer to buffer: a memcpy between host
+                                // buffers, the devices' copy paths otherwise.
+                                let dst = places[j].tensor(&lowered.graphs[j], r)?;
+                                tessera::copy_between(
+                                    src.buffer().as_ref(),
+                                    src.offset(),
+                                    dst.buffer().as_ref(),
+                                    dst.offset(),
+                                    src.nbytes(),
+                                )?;
+                                stats.reduce_bytes += src.nbytes() as u64;
                             }
                         }
                     }
