@@ -328,7 +328,7 @@ impl Device for MetaDevice {
             self.devices.clone(),
             streams,
             self.options.clone(),
-        )))
+        )?))
     }
 
     fn buffer_type(&self) -> Arc<dyn BufferType> {

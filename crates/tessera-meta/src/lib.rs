@@ -27,6 +27,7 @@ mod rules;
 pub mod state;
 pub mod stream;
 mod views;
+mod workers;
 
 pub use buffer::{MetaBuffer, MetaBufferType};
 pub use device::{MetaDevice, MetaOptions};

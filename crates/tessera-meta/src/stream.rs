@@ -18,6 +18,7 @@ use tessera::{AbortCallback, Device, Error, Graph, Placement, Result, Stream};
 
 use crate::device::MetaOptions;
 use crate::lower::{Lower, Lowered, Step, meta_buffer};
+use crate::workers::Worker;
 
 /// What the collectives of a stream moved, for benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +47,11 @@ pub struct MetaStream {
     allocs: Mutex<Vec<GraphAllocator>>,
     plans: Mutex<Vec<Arc<Plan>>>,
     stats: Mutex<MetaStats>,
+    /// Per device: its worker thread (none for the first device, which
+    /// runs on the caller's thread).
+    workers: Vec<Option<Worker>>,
+    /// Computes on one stream run one after the other.
+    running: Mutex<()>,
 }
 
 /// Plans kept for reuse (prompt batch, decoding step, ...).
@@ -109,12 +115,19 @@ impl MetaStream {
         devices: Vec<Arc<dyn Device>>,
         streams: Vec<Arc<dyn Stream>>,
         options: MetaOptions,
-    ) -> MetaStream {
+    ) -> Result<MetaStream> {
         let allocs = devices
             .iter()
             .map(|d| GraphAllocator::new(d.buffer_type()))
             .collect();
-        MetaStream {
+        let workers = (0..devices.len())
+            .map(|j| {
+                (j > 0)
+                    .then(|| Worker::spawn(format!("{name} device {j}")))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(MetaStream {
             name,
             device,
             devices,
@@ -123,7 +136,9 @@ impl MetaStream {
             allocs: Mutex::new(allocs),
             plans: Mutex::new(Vec::new()),
             stats: Mutex::new(MetaStats::default()),
-        }
+            workers,
+            running: Mutex::new(()),
+        })
     }
 
     /// What the collectives moved so far.
@@ -199,12 +214,13 @@ impl MetaStream {
     }
 
     fn run(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()> {
+        let _running = lock(&self.running);
         let plan = self.plan_for(graph, placement, range)?;
         let (lowered, places) = (&plan.lowered, &plan.places);
         let mut stats = MetaStats::default();
-        for step in &lowered.steps {
+        for (i, step) in lowered.steps.iter().enumerate() {
             match step {
-                Step::Compute(ranges) => self.compute_all(&lowered.graphs, places, ranges)?,
+                Step::Compute(_) => self.compute_all(&plan, i)?,
                 Step::Exchange { from, into } => {
                     stats.reduces += 1;
                     for (c, f) in from.iter().enumerate() {
@@ -286,39 +302,65 @@ impl MetaStream {
         Ok(())
     }
 
-    /// Every device computes its range, each on a thread of its own.
-    fn compute_all(
-        &self,
-        graphs: &[Graph],
-        places: &[Placement],
-        ranges: &[Range<usize>],
-    ) -> Result<()> {
+    /// Every device computes its range of compute step `step`: the first
+    /// busy device on this thread, the others on their workers, at once.
+    fn compute_all(&self, plan: &Arc<Plan>, step: usize) -> Result<()> {
+        let Some(Step::Compute(ranges)) = plan.lowered.steps.get(step) else {
+            return Err(Error::device(&self.name, "not a compute step"));
+        };
         let busy: Vec<usize> = (0..ranges.len())
             .filter(|&j| !ranges[j].is_empty())
             .collect();
-        let one = |j: usize| -> Result<()> {
-            let s = &self.streams[j];
-            s.compute_async(&graphs[j], &places[j], ranges[j].clone())?;
-            s.synchronize()
+        let Some((&first, rest)) = busy.split_first() else {
+            return Ok(());
         };
-        match busy.as_slice() {
-            [] => Ok(()),
-            [j] => one(*j),
-            [first, rest @ ..] => std::thread::scope(|scope| {
-                let handles: Vec<_> = rest.iter().map(|&j| scope.spawn(move || one(j))).collect();
-                let mut result = one(*first);
-                for h in handles {
-                    let r = h
-                        .join()
-                        .unwrap_or_else(|_| Err(Error::device("Meta", "a device thread panicked")));
-                    if result.is_ok() {
-                        result = r;
-                    }
+        let mut started = Vec::with_capacity(rest.len());
+        let mut result = Ok(());
+        for &j in rest {
+            let Some(Some(w)) = self.workers.get(j) else {
+                result = Err(Error::device(
+                    &self.name,
+                    format!("no thread for device {j}"),
+                ));
+                break;
+            };
+            let (plan, stream) = (plan.clone(), self.streams[j].clone());
+            let job = Box::new(move || run_range(&plan, &stream, step, j));
+            match w.start(job) {
+                Ok(()) => started.push(w),
+                Err(e) => {
+                    result = Err(e);
+                    break;
                 }
-                result
-            }),
+            }
         }
+        if result.is_ok() {
+            result = run_range(plan, &self.streams[first], step, first);
+        }
+        for w in started {
+            let r = w.wait();
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
     }
+}
+
+/// Device `j`'s range of compute step `step` of `plan`, on `stream`.
+fn run_range(plan: &Plan, stream: &Arc<dyn Stream>, step: usize, j: usize) -> Result<()> {
+    let Some(Step::Compute(ranges)) = plan.lowered.steps.get(step) else {
+        return Err(Error::device("Meta", "not a compute step"));
+    };
+    let (Some(g), Some(p), Some(r)) = (
+        plan.lowered.graphs.get(j),
+        plan.places.get(j),
+        ranges.get(j),
+    ) else {
+        return Err(Error::device("Meta", format!("no device {j} in the plan")));
+    };
+    stream.compute_async(g, p, r.clone())?;
+    stream.synchronize()
 }
 
 impl Stream for MetaStream {
