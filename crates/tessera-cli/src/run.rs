@@ -128,6 +128,28 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         stats.generation_time.as_secs_f64(),
         stats.generation_speed()
     );
+    if let Some(ms) = devs
+        .streams
+        .first()
+        .and_then(|s| s.as_any().downcast_ref::<tessera_meta::MetaStream>())
+    {
+        let m = ms.stats();
+        let evals = m.computes.max(1);
+        eprintln!(
+            "tensor split: {} all-reduces moving {} KiB, {} all-gathers moving {} KiB ({} evaluations, {} lowered)",
+            m.reduces,
+            m.reduce_bytes >> 10,
+            m.gathers,
+            m.gather_bytes >> 10,
+            m.computes,
+            m.lowerings
+        );
+        eprintln!(
+            "tensor split per evaluation: {:.0} all-reduces, {:.1} KiB moved",
+            m.reduces as f64 / evals as f64,
+            (m.reduce_bytes + m.gather_bytes) as f64 / 1024.0 / evals as f64
+        );
+    }
     if let Some(rss) = llm::peak_rss() {
         eprintln!("peak memory: {} MiB resident", rss >> 20);
     }
