@@ -81,6 +81,16 @@ fn every_architecture_gives_the_single_device_tokens() {
         MetaOptions::default(),
     )
     .unwrap();
+    // Three devices, every partial sum by reduce-scatter + all-gather.
+    let three_rs = MetaDevice::new(
+        vec![cpu.clone(), cpu.clone(), cpu.clone()],
+        SplitPolicy::even(3).unwrap(),
+        MetaOptions {
+            all_reduce: tessera_meta::AllReduce::ReduceScatter,
+            ..MetaOptions::default()
+        },
+    )
+    .unwrap();
     let models = common::llama_models_dir();
     let prompt: Vec<u32> = vec![1, 15043, 3186, 29892, 445, 338, 263, 1243];
     for (arch, vocab) in [
@@ -99,7 +109,7 @@ fn every_architecture_gives_the_single_device_tokens() {
             let spec = SyntheticSpec::small(arch, wtype);
             let bytes = write(&spec, &vocab).unwrap().to_bytes().unwrap();
             let (want, want_logits, _) = run(&bytes, None, kv, &prompt, 12);
-            for meta in [&two, &three] {
+            for meta in [&two, &three, &three_rs] {
                 let (got, logits, stats) = run(&bytes, Some(meta), kv, &prompt, 12);
                 println!("{arch:?} {wtype} kv {kv} on {}: {stats:?}", meta.name());
                 let label = format!("{arch:?} {wtype} kv {kv} on {}", meta.name());

@@ -27,6 +27,23 @@ pub struct MetaOptions {
     /// a pseudo-random axis with pseudo-random (possibly empty) slices from
     /// this seed, so that every op's split rules run on plain graphs.
     pub split_inputs: Option<u64>,
+    /// How partial sums are all-reduced.
+    pub all_reduce: AllReduce,
+}
+
+/// How a partial sum is all-reduced (the collectives of `crate::collective`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllReduce {
+    /// Exchange for two devices or small tensors, reduce-scatter +
+    /// all-gather otherwise.
+    #[default]
+    Auto,
+    /// Every device copies its partial sum to every other device and each
+    /// adds them all: one copy step, `(n-1) S` bytes into each device.
+    Exchange,
+    /// Reduce-scatter then all-gather: each device sums one chunk, then
+    /// everyone collects the chunks: `2 (n-1)/n S` bytes into each device.
+    ReduceScatter,
 }
 
 /// Several devices as one.

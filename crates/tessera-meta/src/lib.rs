@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod buffer;
+mod collective;
 pub mod device;
 mod lower;
 pub mod policy;
@@ -30,7 +31,7 @@ mod views;
 mod workers;
 
 pub use buffer::{MetaBuffer, MetaBufferType};
-pub use device::{MetaDevice, MetaOptions};
+pub use device::{AllReduce, MetaDevice, MetaOptions};
 pub use policy::{Role, SplitPolicy};
 pub use state::{Split, SplitState};
 pub use stream::{MetaStats, MetaStream};

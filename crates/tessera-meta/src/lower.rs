@@ -52,6 +52,10 @@ pub(crate) enum Step {
         piece: Vec<Option<TensorId>>,
         runs: Vec<Runs>,
     },
+    /// Copies between devices: `(from device, tensor, to device, tensor)`,
+    /// whole tensors of the same layout; `true` when it starts an
+    /// all-reduce (for the statistics).
+    Copy(Vec<(usize, TensorId, usize, TensorId)>, bool),
     /// All-gather: every device's piece (`pieces[k]`, compact) is copied
     /// into its place in `whole[j]` on every device `j`.
     Gather {
@@ -82,9 +86,10 @@ pub(crate) struct Lower<'a> {
     pub range: Range<usize>,
     pub n: usize,
     pub split_inputs: Option<u64>,
+    pub all_reduce: crate::AllReduce,
     pub gs: Vec<Graph>,
     pre: Vec<Vec<(TensorId, Place)>>,
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     cut: Vec<usize>,
     map: Vec<Option<Held>>,
     /// Memory roots that CPY or SET_ROWS write into (never sliced into
@@ -99,8 +104,9 @@ impl<'a> Lower<'a> {
         placement: &'a Placement,
         range: Range<usize>,
         devices: &'a [Arc<dyn Device>],
-        split_inputs: Option<u64>,
+        options: &crate::MetaOptions,
     ) -> Self {
+        let split_inputs = options.split_inputs;
         let n = devices.len();
         Lower {
             devices,
@@ -109,6 +115,7 @@ impl<'a> Lower<'a> {
             range,
             n,
             split_inputs,
+            all_reduce: options.all_reduce,
             gs: (0..n).map(|_| Graph::new()).collect(),
             pre: vec![Vec::new(); n],
             steps: Vec::new(),
@@ -613,6 +620,10 @@ impl<'a> Lower<'a> {
         let contributors: Vec<usize> = (0..self.n).filter(|&j| h.ids[j].is_some()).collect();
         if contributors.is_empty() {
             return Err(Error::unsupported("Meta", "a partial sum no device holds"));
+        }
+        if crate::collective::use_reduce_scatter(self.all_reduce, &contributors, self.n, &h.layout)
+        {
+            return self.reduce_scatter(h);
         }
         for &c in &contributors {
             if let Some(p) = h.ids[c] {

@@ -182,7 +182,7 @@ impl MetaStream {
             placement,
             range.clone(),
             &self.devices,
-            self.options.split_inputs,
+            &self.options,
         )
         .run()?;
         let mut places = Vec::with_capacity(n);
@@ -241,6 +241,21 @@ impl MetaStream {
                                 stats.reduce_bytes += src.nbytes() as u64;
                             }
                         }
+                    }
+                }
+                Step::Copy(copies, starts) => {
+                    stats.reduces += u64::from(*starts);
+                    for &(a, src, b, dst) in copies {
+                        let src = places[a].tensor(&lowered.graphs[a], src)?;
+                        let dst = places[b].tensor(&lowered.graphs[b], dst)?;
+                        tessera::copy_between(
+                            src.buffer().as_ref(),
+                            src.offset(),
+                            dst.buffer().as_ref(),
+                            dst.offset(),
+                            src.nbytes(),
+                        )?;
+                        stats.reduce_bytes += src.nbytes() as u64;
                     }
                 }
                 Step::Slice { whole, piece, runs } => {

@@ -11,15 +11,22 @@
 use std::sync::Arc;
 
 use tessera::Device;
-use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
+use tessera_meta::{AllReduce, MetaDevice, MetaOptions, SplitPolicy};
 use tessera_testkit::{Outcome, RunOptions, run_all_with};
 
 fn meta(n: usize, seed: Option<u64>) -> Arc<MetaDevice> {
+    meta_with(n, seed, AllReduce::Auto)
+}
+
+fn meta_with(n: usize, seed: Option<u64>, all_reduce: AllReduce) -> Arc<MetaDevice> {
     let cpu = tessera_cpu::device();
     MetaDevice::new(
         vec![cpu; n],
         SplitPolicy::even(n).unwrap(),
-        MetaOptions { split_inputs: seed },
+        MetaOptions {
+            split_inputs: seed,
+            all_reduce,
+        },
     )
     .unwrap()
 }
@@ -104,6 +111,7 @@ fn every_case_on_a_cpu_and_a_gpu_with_split_inputs() {
         SplitPolicy::even(2).unwrap(),
         MetaOptions {
             split_inputs: Some(3),
+            ..MetaOptions::default()
         },
     )
     .unwrap();
@@ -131,6 +139,7 @@ fn every_case_on_two_logical_gpus_with_split_inputs() {
         SplitPolicy::new(vec![2.0, 1.0]).unwrap(),
         MetaOptions {
             split_inputs: Some(4),
+            ..MetaOptions::default()
         },
     )
     .unwrap();
