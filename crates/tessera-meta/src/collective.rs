@@ -11,6 +11,9 @@
 //! the steps cost more than the links). Every chunk is summed once, in
 //! device order, so every device ends with the same bits.
 
+// Loops over device indices walk several per-device tables at once.
+#![allow(clippy::needless_range_loop)]
+
 use tessera::{Error, Layout, Result, TensorId};
 
 use crate::AllReduce;
