@@ -143,18 +143,7 @@ impl MetaDevice {
         for (layout, state) in tensors {
             let mut w = vec![None; n];
             for (j, slot) in w.iter_mut().enumerate() {
-                let piece = match state {
-                    SplitState::Mirrored => Some(*layout),
-                    SplitState::Split(s) => {
-                        crate::state::Split::new(layout, s.axis, s.sizes.clone())?;
-                        s.piece_layout(layout, j)?
-                    }
-                    SplitState::Partial => {
-                        return Err(Error::InvalidLayout(format!(
-                            "a partial tensor ({layout}) cannot be allocated"
-                        )));
-                    }
-                };
+                let piece = share_layout(layout, state, j)?;
                 if let Some(l) = piece {
                     *slot = Some(per_device[j].len());
                     per_device[j].push(l);
@@ -212,18 +201,7 @@ impl MetaDevice {
                 )));
             }
             for (j, p) in ps.iter().enumerate() {
-                let want = match state {
-                    SplitState::Mirrored => Some(*layout),
-                    SplitState::Split(s) => {
-                        crate::state::Split::new(layout, s.axis, s.sizes.clone())?;
-                        s.piece_layout(layout, j)?
-                    }
-                    SplitState::Partial => {
-                        return Err(Error::InvalidLayout(format!(
-                            "a partial tensor ({layout}) cannot be bound"
-                        )));
-                    }
-                };
+                let want = share_layout(layout, state, j)?;
                 match (want, p) {
                     (None, None) => {}
                     (Some(w), Some(p)) if *p.layout() == w => {
@@ -280,6 +258,21 @@ impl MetaDevice {
             .map(|t| Tensor::new(t.layout, dynbuf.clone(), t.offset))
             .collect::<Result<Vec<_>>>()?;
         Ok((buffer, out))
+    }
+}
+
+/// Device `j`'s share of a tensor of `layout` held as `state` (checked):
+/// the whole layout when mirrored, its piece when split (`None`: empty).
+fn share_layout(layout: &Layout, state: &SplitState, j: usize) -> Result<Option<Layout>> {
+    match state {
+        SplitState::Mirrored => Ok(Some(*layout)),
+        SplitState::Split(s) => {
+            crate::state::Split::new(layout, s.axis, s.sizes.clone())?;
+            s.piece_layout(layout, j)
+        }
+        SplitState::Partial => Err(Error::InvalidLayout(format!(
+            "a partial tensor ({layout}) cannot be allocated or bound"
+        ))),
     }
 }
 

@@ -225,20 +225,9 @@ impl MetaStream {
                     stats.reduces += 1;
                     for (c, f) in from.iter().enumerate() {
                         let Some(f) = f else { continue };
-                        let src = places[c].tensor(&lowered.graphs[c], *f)?;
                         for (j, row) in into.iter().enumerate() {
                             if let Some(r) = row[c] {
-                                // Buffer to buffer: a memcpy between host
-                                // buffers, the devices' copy paths otherwise.
-                                let dst = places[j].tensor(&lowered.graphs[j], r)?;
-                                tessera::copy_between(
-                                    src.buffer().as_ref(),
-                                    src.offset(),
-                                    dst.buffer().as_ref(),
-                                    dst.offset(),
-                                    src.nbytes(),
-                                )?;
-                                stats.reduce_bytes += src.nbytes() as u64;
+                                stats.reduce_bytes += copy(&plan, (c, *f), (j, r))?;
                             }
                         }
                     }
@@ -246,16 +235,7 @@ impl MetaStream {
                 Step::Copy(copies, starts) => {
                     stats.reduces += u64::from(*starts);
                     for &(a, src, b, dst) in copies {
-                        let src = places[a].tensor(&lowered.graphs[a], src)?;
-                        let dst = places[b].tensor(&lowered.graphs[b], dst)?;
-                        tessera::copy_between(
-                            src.buffer().as_ref(),
-                            src.offset(),
-                            dst.buffer().as_ref(),
-                            dst.offset(),
-                            src.nbytes(),
-                        )?;
-                        stats.reduce_bytes += src.nbytes() as u64;
+                        stats.reduce_bytes += copy(&plan, (a, src), (b, dst))?;
                     }
                 }
                 Step::Slice { whole, piece, runs } => {
@@ -360,6 +340,27 @@ impl MetaStream {
         }
         result
     }
+}
+
+/// Copy tensor `src.1` of device `src.0` into tensor `dst.1` of device
+/// `dst.0` (same layout), buffer to buffer: a memcpy between host buffers,
+/// the devices' copy paths otherwise. Returns the bytes copied.
+fn copy(
+    plan: &Plan,
+    src: (usize, tessera::TensorId),
+    dst: (usize, tessera::TensorId),
+) -> Result<u64> {
+    let g = &plan.lowered.graphs;
+    let from = plan.places[src.0].tensor(&g[src.0], src.1)?;
+    let to = plan.places[dst.0].tensor(&g[dst.0], dst.1)?;
+    tessera::copy_between(
+        from.buffer().as_ref(),
+        from.offset(),
+        to.buffer().as_ref(),
+        to.offset(),
+        from.nbytes(),
+    )?;
+    Ok(from.nbytes() as u64)
 }
 
 /// Device `j`'s range of compute step `step` of `plan`, on `stream`.
