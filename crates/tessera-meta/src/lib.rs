@@ -20,6 +20,7 @@
 
 pub mod buffer;
 mod collective;
+mod convert;
 pub mod device;
 mod lower;
 pub mod policy;
