@@ -167,7 +167,14 @@ pub(crate) struct Executor {
     generation: u64,
     /// What `plan` was built from (reused while nothing changed).
     cache: PlanCache,
+    /// Plans of other ranges and graphs, kept for reuse with what they
+    /// were built from: a meta device or a scheduler runs one graph as
+    /// several ranges, one after the other, every token.
+    saved: Vec<(PlanCache, Vec<PlanNode>, Vec<TensorRef>)>,
 }
+
+/// Plans an executor keeps besides the current one.
+const SAVED_PLANS: usize = 64;
 
 impl Executor {
     /// An executor running on `n_threads` threads (at least 1).
@@ -183,6 +190,7 @@ impl Executor {
             sane: Vec::new(),
             generation: 0,
             cache: PlanCache::default(),
+            saved: Vec::new(),
         })
     }
 
@@ -220,10 +228,25 @@ impl Executor {
         let start = range.start.min(end);
         let nth = self.n_threads.clamp(1, self.pool.max_threads());
         if !self.cache.hit(graph, placement, (start, end), nth) {
-            self.cache.invalidate();
-            let scratch_bytes = self.validate_and_plan(graph, placement, start..end, nth)?;
-            self.cache
-                .record(graph, placement, (start, end), nth, scratch_bytes);
+            let saved = self
+                .saved
+                .iter()
+                .position(|(c, _, _)| c.hit(graph, placement, (start, end), nth));
+            self.stash();
+            match saved {
+                // The same checks as for the current plan: still valid.
+                Some(i) => {
+                    let (c, p, o) = self.saved.remove(i);
+                    (self.cache, self.plan, self.operands) = (c, p, o);
+                }
+                None => {
+                    self.cache.invalidate();
+                    let scratch_bytes =
+                        self.validate_and_plan(graph, placement, start..end, nth)?;
+                    self.cache
+                        .record(graph, placement, (start, end), nth, scratch_bytes);
+                }
+            }
         }
         let scratch_bytes = self.cache.scratch_bytes;
         // Hold every touched buffer's lock for the whole run (exclusive where
@@ -233,6 +256,22 @@ impl Executor {
         let regions = self.cache.regions(placement);
         let _guards = tessera::host_region::lock_all(&regions)?;
         self.run(graph, nth, scratch_bytes, abort, isa)
+    }
+
+    /// Keep the current plan (if valid) among the saved ones.
+    fn stash(&mut self) {
+        if !self.cache.is_valid() {
+            return;
+        }
+        let entry = (
+            std::mem::take(&mut self.cache),
+            std::mem::take(&mut self.plan),
+            std::mem::take(&mut self.operands),
+        );
+        if self.saved.len() >= SAVED_PLANS {
+            self.saved.remove(0);
+        }
+        self.saved.push(entry);
     }
 
     /// Check every computing node of `range` and resolve it into `self.plan`;

@@ -285,6 +285,11 @@ impl PlanCache {
             .collect()
     }
 
+    /// A plan is remembered.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.valid
+    }
+
     /// Forget the plan (call before planning, so a failed plan is never reused).
     pub(crate) fn invalidate(&mut self) {
         self.valid = false;

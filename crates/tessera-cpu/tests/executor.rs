@@ -548,6 +548,41 @@ fn a_reused_plan_notices_buffer_changes() {
     }
 }
 
+/// Ranges computed in turn, as a meta device or a scheduler runs a graph
+/// every token: each range's plan is kept and reused, and a saved plan
+/// still notices a changed graph or placement.
+#[test]
+fn saved_plans_of_ranges_are_reused_and_follow_changes() {
+    let (r, x0, last) = add_chain(6);
+    let stream = cpu_util::stream(2);
+    let ids: Vec<_> = r.graph.ids().collect();
+    for (round, start) in [0.5f64, 10.0, -3.0].into_iter().enumerate() {
+        r.set(x0, &[start; 8]);
+        for range in [0..4, 4..6, 6..usize::MAX] {
+            stream.compute_async(&r.graph, &r.placement, range).unwrap();
+        }
+        stream.synchronize().unwrap();
+        assert_eq!(r.get(last), vec![start + 6.0; 8], "round {round}");
+        assert_eq!(r.get(ids[3]), vec![start + 2.0; 8], "round {round}");
+    }
+    // The middle range on another graph of the same length (MUL for ADD):
+    // its saved plan must not be taken.
+    let mut g2 = Graph::new();
+    let a = g2.new_tensor(DType::F32, &[8]).unwrap();
+    let one = g2.new_tensor(DType::F32, &[8]).unwrap();
+    let mut x = a;
+    for _ in 0..6 {
+        x = g2.mul(x, one).unwrap();
+    }
+    r.set(x0, &[2.0; 8]);
+    for range in [0..4, 4..6, 6..usize::MAX] {
+        stream.compute_async(&g2, &r.placement, range).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(r.get(last), vec![2.0; 8]);
+    let _ = x;
+}
+
 #[test]
 fn a_reused_plan_follows_graph_and_placement_changes() {
     let mut g = Graph::new();
