@@ -67,5 +67,5 @@ pub mod server;
 pub mod session;
 pub mod wire_tensor;
 
-pub use client::{ClientOptions, RpcDevice, connect, connect_with, register};
+pub use client::{ClientOptions, ConnStats, RpcDevice, connect, connect_with, register};
 pub use server::{DEFAULT_ENDPOINT, Server, ServerConfig, ServerHandle};
