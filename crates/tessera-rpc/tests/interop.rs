@@ -206,3 +206,31 @@ fn weights_go_through_llama_cpp_tensor_cache() {
     );
     std::fs::remove_file(&file).unwrap();
 }
+
+/// The synthetic Llama (4 layers, Q8_0) with every layer and the output on
+/// llama.cpp's server (flash attention included: one remote split), 16
+/// greedy steps: the same tokens as Tessera's CPU alone and every step's
+/// logits within 2e-3 of the largest (the kernels differ).
+#[test]
+#[ignore = "needs llama.cpp's ggml-rpc-server: scripts/rpc-interop/run.sh"]
+fn synthetic_model_on_llama_cpp_server_decodes_like_the_cpu() {
+    use common::model::{assert_close, greedy, model_bytes, small};
+    use tessera::StreamOptions;
+    use tessera_llm::LayerMap;
+    let dev = llama_server();
+    let local = cpu();
+    let n_layer = 4;
+    let bytes = model_bytes(&small(n_layer, DType::Q8_0));
+    let cpu_stream = || local.new_stream(&StreamOptions::new().threads(2)).unwrap();
+    let map = LayerMap::uniform(local.buffer_type(), n_layer);
+    let (want, want_logits, _) = greedy(&bytes, &map, vec![cpu_stream()], 16, |_| {});
+    let mut map = LayerMap::uniform(dev.buffer_type(), n_layer);
+    map.set_output(dev.buffer_type());
+    map.set_input(local.buffer_type());
+    let streams = vec![dev.new_stream(&StreamOptions::new()).unwrap(), cpu_stream()];
+    let (got, logits, s) = greedy(&bytes, &map, streams, 16, |_| {});
+    println!("tokens {got:?}, {} splits", s.scheduler().n_splits());
+    assert_eq!(s.scheduler().n_splits(), 2);
+    assert_eq!(got, want);
+    assert_close(&logits, &want_logits, 2e-3, "llama.cpp server");
+}
