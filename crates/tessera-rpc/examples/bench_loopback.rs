@@ -15,7 +15,7 @@
 //! protocol (serialisation, copies, round trips). With `--endpoint` it
 //! measures any ggml-rpc server (e.g. llama.cpp's `ggml-rpc-server`).
 //! The embeddings stay local (llama.cpp's input layer), as with `-ngl`.
-//! Each figure is the best of `--reps` runs.
+//! Local and remote runs alternate; each figure is the best of `--reps`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -163,26 +163,17 @@ fn run_once(
     })
 }
 
-fn best(
-    a: &Args,
-    bytes: &[u8],
-    cpu: &Arc<dyn Device>,
-    far: Option<&Arc<dyn Device>>,
-) -> Result<Run> {
-    let mut out: Option<Run> = None;
-    for _ in 0..a.reps {
-        let r = run_once(a, bytes, cpu, far)?;
-        out = Some(match out {
-            None => r,
-            Some(b) => Run {
-                prompt_tps: b.prompt_tps.max(r.prompt_tps),
-                decode_tps: b.decode_tps.max(r.decode_tps),
-                load_s: b.load_s.min(r.load_s),
-                ..r
-            },
-        });
+/// The better of two runs, figure by figure.
+fn better(b: Option<Run>, r: Run) -> Run {
+    match b {
+        None => r,
+        Some(b) => Run {
+            prompt_tps: b.prompt_tps.max(r.prompt_tps),
+            decode_tps: b.decode_tps.max(r.decode_tps),
+            load_s: b.load_s.min(r.load_s),
+            ..r
+        },
     }
-    out.ok_or_else(|| tessera::Error::Malformed("no run".into()))
 }
 
 fn main() -> Result<()> {
@@ -232,8 +223,15 @@ fn main() -> Result<()> {
         "prompt {} tokens, {} decoded tokens, {} threads, best of {}",
         a.prompt, a.tokens, a.threads, a.reps
     );
-    let local = best(&a, &bytes, &cpu, None)?;
-    let remote = best(&a, &bytes, &cpu, Some(&far))?;
+    // Local and remote runs alternate, so that a change in the machine's
+    // load weighs on both.
+    let (mut local, mut remote) = (None, None);
+    for _ in 0..a.reps {
+        local = Some(better(local, run_once(&a, &bytes, &cpu, None)?));
+        remote = Some(better(remote, run_once(&a, &bytes, &cpu, Some(&far))?));
+    }
+    let no_run = || tessera::Error::Malformed("no run".into());
+    let (local, remote) = (local.ok_or_else(no_run)?, remote.ok_or_else(no_run)?);
     println!("| | prompt tok/s | decode tok/s | load s |");
     println!("|---|---:|---:|---:|");
     for (name, r) in [

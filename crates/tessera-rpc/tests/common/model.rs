@@ -72,6 +72,43 @@ pub fn greedy(
     (tokens, steps, s)
 }
 
+/// The logits after the prompt and after each of `tokens` fed in turn
+/// (teacher forcing: both sides see the same sequence even where their
+/// greedy choices would part on a near tie).
+pub fn forced(
+    bytes: &[u8],
+    map: &LayerMap,
+    streams: Vec<Arc<dyn Stream>>,
+    tokens: &[u32],
+) -> Vec<Vec<f32>> {
+    let file = GgufFile::from_bytes(bytes.to_vec()).unwrap();
+    let model = Arc::new(Model::load(file, map, &mut |_, _| {}).unwrap());
+    let opts = SessionOptions {
+        n_ctx: 64,
+        ..SessionOptions::default()
+    };
+    let mut s = Session::new(model, streams, opts).unwrap();
+    let mut steps = vec![s.decode(&PROMPT).unwrap()];
+    for &t in tokens {
+        steps.push(s.decode(&[t]).unwrap());
+    }
+    steps
+}
+
+/// The gap between the largest and the second largest logit.
+pub fn top2_gap(l: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::MIN, f32::MIN);
+    for &v in l {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
 pub fn argmax(l: &[f32]) -> u32 {
     l.iter()
         .enumerate()
