@@ -16,6 +16,9 @@
 //! measures any ggml-rpc server (e.g. llama.cpp's `ggml-rpc-server`).
 //! The embeddings stay local (llama.cpp's input layer), as with `-ngl`.
 //! Local and remote runs alternate; each figure is the best of `--reps`.
+//! With the layers remote, the client's CPU stream (embeddings only) has
+//! one thread: on a small machine shared by client and server, idle pool
+//! workers spinning in the client would take cores from the server's.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,7 +127,11 @@ fn run_once(
         map.set_input(cpu.buffer_type());
         streams.push(far.new_stream(&StreamOptions::new())?);
     }
-    streams.push(cpu.new_stream(&StreamOptions::new().threads(a.threads))?);
+    // With every layer remote the local CPU only gathers the embeddings:
+    // one thread, so that no idle worker of its pool spins on a core the
+    // server's workers need (client and server share this machine).
+    let local_threads = if far.is_some() { 1 } else { a.threads };
+    streams.push(cpu.new_stream(&StreamOptions::new().threads(local_threads))?);
     let model = Arc::new(Model::load(file, &map, &mut |_, _| {})?);
     let load_s = t0.elapsed().as_secs_f64();
     let opts = SessionOptions {
