@@ -45,12 +45,11 @@ fn config() -> Arc<ServerConfig> {
 
 fuzz_target!(|data: &[u8]| {
     let mut s = Session::new(devices(), config());
-    if s
-        .handle(Request::AllocBuffer {
-            device: 0,
-            size: 4096,
-        })
-        .is_err()
+    if s.handle(Request::AllocBuffer {
+        device: 0,
+        size: 4096,
+    })
+    .is_err()
     {
         return;
     }
