@@ -5,8 +5,10 @@
 #     against Tessera's server (example rpc_server over the CPU): the graph
 #     must equal ggml's local CPU result within 1e-4.
 #  2. Tessera's client against llama.cpp's ggml-rpc-server: the ignored
-#     tests `interop` (graphs, and a 2-layer transformer through the
-#     scheduler with GRAPH_RECOMPUTE) compare with Tessera's local CPU
+#     tests `interop` (graphs, a 2-layer transformer through the
+#     scheduler with GRAPH_RECOMPUTE, and the synthetic Llama with every
+#     layer on llama.cpp's server, flash attention included, fed Tessera's
+#     greedy tokens) compare with Tessera's local CPU
 #     (llama.cpp's server serves one client at a time: one test at a time),
 #     and large weights through the tensor cache of a server started with -c.
 #

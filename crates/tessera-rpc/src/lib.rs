@@ -18,6 +18,11 @@
 //! # let _ = remote; Ok(()) }
 //! ```
 //!
+//! Each connection counts its traffic ([`ConnStats`], from
+//! [`RpcDevice::stats`]): bytes each way, requests, and graphs sent whole
+//! or run again by reference (GRAPH_RECOMPUTE). `README.md` has the usage
+//! with llama.cpp's server, the benchmark and what is not done.
+//!
 //! # Security model of the server
 //!
 //! The protocol has no authentication and no encryption: bind loopback
@@ -67,5 +72,5 @@ pub mod server;
 pub mod session;
 pub mod wire_tensor;
 
-pub use client::{ClientOptions, RpcDevice, connect, connect_with, register};
+pub use client::{ClientOptions, ConnStats, RpcDevice, connect, connect_with, register};
 pub use server::{DEFAULT_ENDPOINT, Server, ServerConfig, ServerHandle};

@@ -51,6 +51,7 @@ pub mod id {
     pub const SOFT_MAX: u32 = 46;
     pub const ROPE: u32 = 48;
     pub const CLAMP: u32 = 50;
+    pub const FLASH_ATTN_EXT: u32 = 74;
     pub const UNARY: u32 = 91;
     pub const MAP_CUSTOM1: u32 = 92;
     pub const CUSTOM: u32 = 95;
@@ -84,6 +85,9 @@ const GLU_IDS: [(GluOp, i32); 5] = [
     (GluOp::GeGluQuick, 5),
 ];
 const GLU_SWIGLU_OAI: i32 = 3;
+
+/// `GGML_PREC_F32` (FLASH_ATTN_EXT's `op_params[3]`).
+const GGML_PREC_F32: i32 = 10;
 
 fn f(p: i32) -> f32 {
     f32::from_bits(p as u32)
@@ -222,6 +226,18 @@ pub fn encode(graph: &Graph, nid: TensorId) -> Result<(u32, Params, WireSrcs)> {
         }
         Op::Argmax => id::ARGMAX,
         Op::SumRows => id::SUM_ROWS,
+        Op::FlashAttnExt {
+            scale,
+            max_bias,
+            logit_softcap,
+        } => {
+            p[0] = b(scale);
+            p[1] = b(max_bias);
+            p[2] = b(logit_softcap);
+            // p[3]: precision, GGML_PREC_F32 (Tessera accumulates in F32).
+            p[3] = GGML_PREC_F32;
+            id::FLASH_ATTN_EXT
+        }
         other => {
             return Err(Error::unsupported(
                 "RPC",
@@ -330,6 +346,23 @@ pub fn decode(g: &mut Graph, op: u32, p: &Params, s: &WireSrcs, want: &Layout) -
                 None => g.soft_max_ext(a, s[1], f(p[0]), f(p[1]))?,
             }
         }
+        id::FLASH_ATTN_EXT => {
+            at_most(5)?;
+            // p[3] is the precision (default or F32: Tessera accumulates in
+            // F32 either way), p[4] a hint for CUDA (`n_kv_max`) that ggml's
+            // CPU backend ignores too.
+            if p[3] != 0 && p[3] != GGML_PREC_F32 {
+                return Err(refuse(op, format!("precision {}", p[3])));
+            }
+            let (q, k, v) = (src(0)?, src(1)?, src(2)?);
+            let (scale, max_bias, softcap) = (f(p[0]), f(p[1]), f(p[2]));
+            match s[4] {
+                Some(sinks) => {
+                    g.flash_attn_ext_sinks(q, k, v, s[3], sinks, scale, max_bias, softcap)?
+                }
+                None => g.flash_attn_ext(q, k, v, s[3], scale, max_bias, softcap)?,
+            }
+        }
         id::ROPE => {
             at_most(3)?;
             g.rope(src(0)?, src(1)?, s[2], rope_params(p)?)?
@@ -435,6 +468,37 @@ mod tests {
         round_trip(|g, a, _| g.silu(a).unwrap());
         round_trip(|g, a, _| g.glu(a, GluOp::SwiGlu, true).unwrap());
         round_trip(|g, a, b| g.mul_mat(a, b).unwrap());
+    }
+
+    #[test]
+    fn flash_attention_round_trips_and_checks_its_precision() {
+        let mut g = Graph::new();
+        let q = g.new_tensor(DType::F32, &[32, 3, 4]).unwrap();
+        let k = g.new_tensor(DType::F16, &[32, 16, 2]).unwrap();
+        let v = g.new_tensor(DType::F16, &[32, 16, 2]).unwrap();
+        let m = g.new_tensor(DType::F16, &[16, 3]).unwrap();
+        let sk = g.new_tensor(DType::F32, &[4]).unwrap();
+        let n = g.flash_attn_ext(q, k, v, Some(m), 0.125, 0.0, 0.0).unwrap();
+        let n2 = g
+            .flash_attn_ext_sinks(q, k, v, Some(m), sk, 0.125, 0.0, 30.0)
+            .unwrap();
+        for node in [n, n2] {
+            let (op, mut p, s) = encode(&g, node).unwrap();
+            assert_eq!(op, id::FLASH_ATTN_EXT);
+            let want = g.layout(node).unwrap();
+            let got = decode(&mut g, op, &p, &s, &want).unwrap();
+            assert_eq!(g.node(got).unwrap().op, g.node(node).unwrap().op);
+            assert_eq!(g.node(got).unwrap().srcs, g.node(node).unwrap().srcs);
+            p[3] = 0;
+            assert!(decode(&mut g, op, &p, &s, &want).is_ok());
+            p[3] = 7;
+            assert!(decode(&mut g, op, &p, &s, &want).is_err());
+        }
+        // An F32 mask: refused by the constructor.
+        let (op, p, mut s) = encode(&g, n).unwrap();
+        s[3] = Some(q);
+        let want = g.layout(n).unwrap();
+        assert!(decode(&mut g, op, &p, &s, &want).is_err());
     }
 
     #[test]

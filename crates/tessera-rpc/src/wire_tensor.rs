@@ -9,16 +9,16 @@
 //! | 0 | id | u64 (the client's tensor handle) |
 //! | 8 | type | u32 (`ggml_type`) |
 //! | 12 | buffer | u64 (server buffer handle, 0 = none) |
-//! | 20 | ne | u32[4] |
-//! | 36 | nb | u32[4] (strides of 4 GiB or more do not fit) |
+//! | 20 | ne | `u32[4]` |
+//! | 36 | nb | `u32[4]` (strides of 4 GiB or more do not fit) |
 //! | 52 | op | u32 (`ggml_op`) |
-//! | 56 | op_params | i32[16] |
+//! | 56 | op_params | `i32[16]` |
 //! | 120 | flags | i32 |
-//! | 124 | src | u64[10] (tensor ids) |
+//! | 124 | src | `u64[10]` (tensor ids) |
 //! | 204 | view_src | u64 |
 //! | 212 | view_offs | u64 |
 //! | 220 | data | u64 (address in the server's address space) |
-//! | 228 | name | char[64] |
+//! | 228 | name | `char[64]` |
 //! | 292 | use_count | i32 |
 
 use tessera::{Error, Result};

@@ -136,3 +136,32 @@ proptest! {
         prop_assert!(back.is_ok());
     }
 }
+
+/// One frame of the fuzz target `rpc_session` (`fuzz/`): `| cmd | len: u16
+/// le | payload |`.
+fn fuzz_frame(req: &Request) -> Vec<u8> {
+    let p = req.encode();
+    let mut f = vec![req.cmd() as u8];
+    f.extend_from_slice(&u16::try_from(p.len()).unwrap().to_le_bytes());
+    f.extend_from_slice(&p);
+    f
+}
+
+/// Regenerates the fuzzer's seeds in `fuzz/seeds/`: each valid request of
+/// [`seeds`] as one frame (on the target's first buffer: handle 1 at its
+/// fake base), and all of them in order in one file.
+#[test]
+#[ignore = "writes fuzz/seeds"]
+fn write_fuzz_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    std::fs::create_dir_all(&dir).unwrap();
+    let h = 1;
+    let base = tessera_rpc::rebuild::fake_base(h);
+    let all = seeds(h, base);
+    let mut every = Vec::new();
+    for (i, r) in all.iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i}-{:?}", r.cmd())), fuzz_frame(r)).unwrap();
+        every.extend(fuzz_frame(r));
+    }
+    std::fs::write(dir.join("seed-all"), every).unwrap();
+}

@@ -5,10 +5,15 @@
 //! error, never a hang. The first failure poisons the connection: every
 //! later call returns the same error at once (the protocol has no way to
 //! resynchronise a half-sent frame).
+//!
+//! Every frame is counted ([`ConnStats`]): bytes each way, requests, and
+//! how many graphs went as a whole (GRAPH_COMPUTE) or as a reference to
+//! the stored one (GRAPH_RECOMPUTE).
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,6 +42,56 @@ impl Default for ClientOptions {
     }
 }
 
+/// Traffic of one connection since it was opened (HELLO included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Bytes written to the socket (frame headers included).
+    pub bytes_sent: u64,
+    /// Bytes read from the socket (reply size headers included).
+    pub bytes_received: u64,
+    /// Frames sent (requests of every kind).
+    pub requests: u64,
+    /// Graphs sent whole (GRAPH_COMPUTE).
+    pub graph_computes: u64,
+    /// Graphs run again by reference (GRAPH_RECOMPUTE).
+    pub graph_recomputes: u64,
+}
+
+impl ConnStats {
+    /// The traffic between `earlier` and `self` (field by field).
+    pub fn since(&self, earlier: &ConnStats) -> ConnStats {
+        ConnStats {
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
+            requests: self.requests.saturating_sub(earlier.requests),
+            graph_computes: self.graph_computes.saturating_sub(earlier.graph_computes),
+            graph_recomputes: self
+                .graph_recomputes
+                .saturating_sub(earlier.graph_recomputes),
+        }
+    }
+
+    /// Bytes both ways.
+    pub fn bytes(&self) -> u64 {
+        self.bytes_sent.saturating_add(self.bytes_received)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    received: AtomicU64,
+    requests: AtomicU64,
+    computes: AtomicU64,
+    recomputes: AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: usize) {
+        c.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug)]
 struct Io {
     reader: BufReader<TcpStream>,
@@ -56,6 +111,7 @@ pub struct Conn {
     state: Mutex<State>,
     /// The last GRAPH_COMPUTE payload sent per device, for GRAPH_RECOMPUTE.
     last_graph: Mutex<HashMap<u32, Vec<u8>>>,
+    counters: Counters,
     /// Server version from HELLO.
     pub version: (u8, u8, u8),
 }
@@ -114,6 +170,7 @@ impl Conn {
             endpoint: endpoint.to_owned(),
             state: Mutex::new(State::Open(io)),
             last_graph: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
             version: (0, 0, 0),
         };
         let r = conn.call(&Request::Hello {
@@ -147,6 +204,18 @@ impl Conn {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Traffic so far.
+    pub fn stats(&self) -> ConnStats {
+        let c = &self.counters;
+        ConnStats {
+            bytes_sent: c.sent.load(Ordering::Relaxed),
+            bytes_received: c.received.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            graph_computes: c.computes.load(Ordering::Relaxed),
+            graph_recomputes: c.recomputes.load(Ordering::Relaxed),
+        }
+    }
+
     /// Is the connection still usable?
     pub fn is_open(&self) -> bool {
         matches!(*self.lock(), State::Open(_))
@@ -167,6 +236,9 @@ impl Conn {
         };
         let cmd = req.cmd();
         let frame = request_frame(cmd as u8, &req.encode());
+        Counters::add(&self.counters.requests, 1);
+        Counters::add(&self.counters.sent, frame.len());
+        let has_reply = cmd.has_reply() && reply_size(req).is_some();
         let res = io
             .writer
             .write_all(&frame)
@@ -177,7 +249,12 @@ impl Conn {
                 _ => Ok(Vec::new()),
             });
         match res {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                if has_reply {
+                    Counters::add(&self.counters.received, 8 + r.len());
+                }
+                Ok(r)
+            }
             Err(e) => {
                 let why = format!("{cmd:?}: {e}");
                 *st = State::Failed(why.clone());
@@ -213,11 +290,13 @@ impl Conn {
         let mut last = self.last_graph.lock().unwrap_or_else(|p| p.into_inner());
         if last.get(&device) == Some(&payload) {
             drop(last);
+            Counters::add(&self.counters.recomputes, 1);
             self.call(&Request::GraphRecompute { device })?;
             return Ok(());
         }
         last.remove(&device);
         drop(last);
+        Counters::add(&self.counters.computes, 1);
         self.send_raw(Cmd::GraphCompute, &payload)?;
         self.last_graph
             .lock()
@@ -239,6 +318,8 @@ impl Conn {
             }
         };
         let frame = request_frame(cmd as u8, payload);
+        Counters::add(&self.counters.requests, 1);
+        Counters::add(&self.counters.sent, frame.len());
         if let Err(e) = io.writer.write_all(&frame).and_then(|()| io.writer.flush()) {
             let why = format!("{cmd:?}: {e}");
             *st = State::Failed(why.clone());

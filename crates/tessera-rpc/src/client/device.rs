@@ -103,6 +103,11 @@ impl RpcDevice {
         &self.conn
     }
 
+    /// Traffic of the connection (shared by every device of the server).
+    pub fn stats(&self) -> crate::client::ConnStats {
+        self.conn.stats()
+    }
+
     /// Index of the device on its server.
     pub fn index(&self) -> u32 {
         self.index

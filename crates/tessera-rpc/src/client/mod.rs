@@ -6,5 +6,5 @@ pub mod conn;
 pub mod device;
 pub mod graph;
 
-pub use conn::ClientOptions;
+pub use conn::{ClientOptions, ConnStats};
 pub use device::{RpcDevice, RpcStream, connect, connect_with, register};
