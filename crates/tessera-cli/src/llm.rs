@@ -50,12 +50,28 @@ pub struct ModelArgs {
     /// `3,1`); default: equal.
     #[arg(long, value_delimiter = ',', requires = "split")]
     pub tensor_split: Vec<f64>,
+    /// Remote devices: ggml-rpc servers (llama.cpp's `rpc-server` or
+    /// `tessera rpc-server`), comma-separated `host:port`; their devices go
+    /// first (as llama.cpp's `--rpc`), before those named with --device.
+    #[arg(long, value_delimiter = ',')]
+    pub rpc: Vec<String>,
 }
 
 impl ModelArgs {
     /// Does this need the GPU device family?
     pub fn uses_gpu(&self) -> bool {
-        self.device.iter().any(|d| !d.eq_ignore_ascii_case("cpu"))
+        self.device
+            .iter()
+            .any(|d| !d.eq_ignore_ascii_case("cpu") && !d.starts_with("RPC"))
+    }
+
+    /// The devices of the `--rpc` servers (connected and registered).
+    fn remote_devices(&self) -> Result<Vec<Arc<dyn Device>>> {
+        let mut out = Vec::new();
+        for ep in &self.rpc {
+            out.extend(tessera_rpc::register(ep)?);
+        }
+        Ok(out)
     }
 
     /// `--split tensor`.
@@ -135,7 +151,7 @@ pub fn devices(args: &ModelArgs) -> Result<Devices> {
         return meta_devices(args);
     }
     let reg = Registry::global();
-    let mut devices: Vec<Arc<dyn Device>> = Vec::new();
+    let mut devices: Vec<Arc<dyn Device>> = args.remote_devices()?;
     for name in &args.device {
         if name.eq_ignore_ascii_case("cpu") {
             continue;
@@ -161,16 +177,15 @@ pub fn devices(args: &ModelArgs) -> Result<Devices> {
 /// fallback.
 fn meta_devices(args: &ModelArgs) -> Result<Devices> {
     let reg = Registry::global();
-    if args.device.is_empty() {
+    let mut parts = args.remote_devices()?;
+    for n in &args.device {
+        parts.push(reg.device_by_name(n)?);
+    }
+    if parts.is_empty() {
         return Err(Error::NotFound(
             "--split tensor: name the devices to split over, e.g. --device cpu,cpu".into(),
         ));
     }
-    let parts = args
-        .device
-        .iter()
-        .map(|n| reg.device_by_name(n))
-        .collect::<Result<Vec<_>>>()?;
     let policy = if args.tensor_split.is_empty() {
         SplitPolicy::even(parts.len())?
     } else {

@@ -206,6 +206,7 @@ fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
         mem: Vec::new(),
         split: "layer".into(),
         tensor_split: Vec::new(),
+        rpc: Vec::new(),
     };
     let options = tessera_llm::SessionOptions {
         n_ctx: args.tokens.max(1),

@@ -228,15 +228,17 @@ impl Executor {
         let start = range.start.min(end);
         let nth = self.n_threads.clamp(1, self.pool.max_threads());
         if !self.cache.hit(graph, placement, (start, end), nth) {
+            // Take the matching saved plan out *before* stashing the
+            // current one (stashing may evict the oldest and shift indices).
             let saved = self
                 .saved
                 .iter()
-                .position(|(c, _, _)| c.hit(graph, placement, (start, end), nth));
+                .position(|(c, _, _)| c.hit(graph, placement, (start, end), nth))
+                .map(|i| self.saved.remove(i));
             self.stash();
             match saved {
                 // The same checks as for the current plan: still valid.
-                Some(i) => {
-                    let (c, p, o) = self.saved.remove(i);
+                Some((c, p, o)) => {
                     (self.cache, self.plan, self.operands) = (c, p, o);
                 }
                 None => {

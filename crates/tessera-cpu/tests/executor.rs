@@ -581,6 +581,26 @@ fn saved_plans_of_ranges_are_reused_and_follow_changes() {
     stream.synchronize().unwrap();
     assert_eq!(r.get(last), vec![2.0; 8]);
     let _ = x;
+    // More ranges than the executor keeps plans: with the saved set full,
+    // taking a plan back must take *that* plan (stashing the current one
+    // evicts the oldest first).
+    let (r, x0, _) = add_chain(70);
+    r.set(x0, &[0.0; 8]);
+    let ids: Vec<_> = r.graph.ids().collect();
+    let n = r.graph.len();
+    for i in 2..n {
+        stream
+            .compute_async(&r.graph, &r.placement, i..i + 1)
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+    // Node n-2 again, alone, over garbage: it must be recomputed.
+    r.set(ids[n - 2], &[-100.0; 8]);
+    stream
+        .compute_async(&r.graph, &r.placement, n - 2..n - 1)
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(r.get(ids[n - 2]), vec![(n - 3) as f64; 8]);
 }
 
 #[test]

@@ -41,6 +41,7 @@ fn conformance_cases_on_a_meta_device_over_remote_and_local() {
         SplitPolicy::even(2).unwrap(),
         MetaOptions {
             split_inputs: Some(5),
+            ..MetaOptions::default()
         },
     )
     .unwrap();
