@@ -15,7 +15,7 @@ use tessera::{Error, Result};
 pub(crate) type Job = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// How long a thread spins for a message before it blocks.
-const SPIN: Duration = Duration::from_micros(50);
+const SPIN: Duration = Duration::from_micros(20);
 
 /// Receive a message, spinning for [`SPIN`] first.
 fn recv<T>(rx: &Receiver<T>) -> Option<T> {
