@@ -188,10 +188,16 @@ impl Lower<'_> {
                 }
             }
         }
-        self.steps.push(Step::Exchange {
-            from: h.ids.clone(),
-            into: into.clone(),
-        });
+        // Exchange: every contributor's partial sum to every other device.
+        let mut copies = Vec::new();
+        for (j, row) in into.iter().enumerate() {
+            for (c, r) in row.iter().enumerate() {
+                if let (Some(r), Some(f)) = (*r, h.ids[c]) {
+                    copies.push((c, f, j, r));
+                }
+            }
+        }
+        self.steps.push(Step::Copy(copies, true));
         let mut ids = Vec::with_capacity(self.n);
         for (j, row) in into.iter().enumerate() {
             let terms: Vec<TensorId> = contributors

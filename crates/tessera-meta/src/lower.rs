@@ -38,12 +38,6 @@ pub(crate) struct Held {
 pub(crate) enum Step {
     /// Each device computes this node range of its graph.
     Compute(Vec<Range<usize>>),
-    /// All-reduce by exchange: every contributing device's partial sum
-    /// (`from[c]`) is copied into `into[j][c]` on every other device `j`.
-    Exchange {
-        from: Vec<Option<TensorId>>,
-        into: Vec<Vec<Option<TensorId>>>,
-    },
     /// Slices by copy: each device's piece of its whole (contiguous) copy
     /// `whole[j]` copied into `piece[j]`, for devices that cannot slice
     /// with a view and a copy kernel.

@@ -221,17 +221,6 @@ impl MetaStream {
         for (i, step) in lowered.steps.iter().enumerate() {
             match step {
                 Step::Compute(_) => self.compute_all(&plan, i)?,
-                Step::Exchange { from, into } => {
-                    stats.reduces += 1;
-                    for (c, f) in from.iter().enumerate() {
-                        let Some(f) = f else { continue };
-                        for (j, row) in into.iter().enumerate() {
-                            if let Some(r) = row[c] {
-                                stats.reduce_bytes += copy(&plan, (c, *f), (j, r))?;
-                            }
-                        }
-                    }
-                }
                 Step::Copy(copies, starts) => {
                     stats.reduces += u64::from(*starts);
                     for &(a, src, b, dst) in copies {
