@@ -68,6 +68,14 @@ impl Core {
         self.errors.check()
     }
 
+    /// Process finished work (and run its callbacks) without blocking.
+    pub(crate) fn poll_now(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Poll)
+            .map(|_| ())
+            .map_err(|e| Error::device(&self.name, format!("polling the queue: {e}")))
+    }
+
     /// Submit `commands` and return the submission's index.
     pub(crate) fn submit(
         &self,

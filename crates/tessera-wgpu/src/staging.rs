@@ -194,12 +194,11 @@ pub(crate) struct PendingBytes {
 impl PendingBytes {
     /// Block until the bytes are available and copy them into `out`.
     pub(crate) fn wait_into(self, out: &mut [u8]) -> Result<()> {
-        let Some(staging) = self.staging else {
+        let Some(staging) = self.staging.as_ref() else {
             return Ok(());
         };
-        self.core.wait(self.index)?;
-        let status = self.mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match status {
+        self.core.wait(self.index.clone())?;
+        match self.map_status()? {
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 return Err(Error::device(
@@ -227,6 +226,23 @@ impl PendingBytes {
         }
         staging.unmap();
         Ok(())
+    }
+
+    /// The mapping's outcome once its submission has completed. wgpu runs
+    /// map callbacks on whichever thread polls the device: when another
+    /// stream's poll collected this one, the submission can be complete here
+    /// while that thread has yet to run the callback, so a missing outcome
+    /// is polled for (briefly) instead of being taken for a failure.
+    fn map_status(&self) -> Result<Option<std::result::Result<(), wgpu::BufferAsyncError>>> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let status = self.mapped.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if status.is_some() || std::time::Instant::now() >= deadline {
+                return Ok(status);
+            }
+            self.core.poll_now()?;
+            std::thread::yield_now();
+        }
     }
 
     /// Block until the bytes are available and return them.
