@@ -49,7 +49,7 @@ pub struct ChatArgs {
 
 /// Run `tessera chat`.
 pub fn run(args: &ChatArgs) -> Result<ExitCode> {
-    let (file, devs) = llm::open_model(&args.model)?;
+    let (file, mut devs) = llm::open_model(&args.model)?;
     let vocab = Vocab::from_gguf(&file)?;
     let n_ctx = args.ctx.unwrap_or_else(|| {
         let train = tessera_llm::Params::from_gguf(&file).map_or(4096, |p| p.n_ctx_train);
@@ -61,7 +61,7 @@ pub fn run(args: &ChatArgs) -> Result<ExitCode> {
         swa_full: args.swa_full,
         ..SessionOptions::default()
     };
-    let (map, plan) = llm::place(&args.model, &file, &devs, &options)?;
+    let (map, plan) = llm::place(&args.model, &file, &mut devs, &options)?;
     let model = llm::load_model(file, &map)?;
     let template = match &args.chat_template {
         Some(path) => {

@@ -11,7 +11,7 @@ use tessera::{Device, Error, Registry, Result, Stream, StreamOptions};
 use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
 use tessera_llm::fit::{self, FitPlan};
-use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions};
+use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions, SplitFit};
 use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
 
 /// Where the model comes from and where it runs.
@@ -34,6 +34,8 @@ pub struct ModelArgs {
     pub threads: Option<usize>,
     /// Place the layers by measuring, before loading, what each device would
     /// hold (weights, KV cache, compute buffers), the first devices filled first.
+    /// With `--split tensor`: the devices' shares, as close to --tensor-split
+    /// (default: equal) as their budgets allow.
     #[arg(long, conflicts_with = "ngl")]
     pub fit: bool,
     /// A device's memory budget for --fit, e.g. `wgpu0=512MiB` (repeatable;
@@ -234,52 +236,117 @@ fn parse_mem(spec: &str) -> Result<(String, usize)> {
     Ok((name.trim().to_string(), bytes as usize))
 }
 
+/// What `--fit` measured before loading.
+pub enum Plan {
+    /// Layers per device.
+    Layers(FitPlan),
+    /// The shares of a tensor split.
+    Tensor(SplitFit),
+}
+
+/// `--mem` names only devices in use.
+fn check_mem_names(given: &[(String, usize)], devices: &[Arc<dyn Device>]) -> Result<()> {
+    for (name, _) in given {
+        if !devices.iter().any(|d| d.name().eq_ignore_ascii_case(name)) {
+            return Err(Error::NotFound(format!(
+                "--mem {name}: not one of the devices in use ({})",
+                devices
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `--fit --split tensor`: the shares that fit the budgets (`--mem`, else
+/// what a device that is not the host reports free), measured; the meta
+/// device of `devs` is made anew with them.
+fn fit_tensor_split(
+    args: &ModelArgs,
+    file: &GgufFile,
+    devs: &mut Devices,
+    given: &[(String, usize)],
+    options: &SessionOptions,
+) -> Result<SplitFit> {
+    let meta = devs
+        .devices
+        .first()
+        .and_then(|d| tessera_llm::tensor_split::meta_device(&d.buffer_type()))
+        .ok_or_else(|| Error::NotFound("the meta device of --split tensor".into()))?;
+    let input = devs
+        .streams
+        .last()
+        .ok_or_else(|| Error::NotFound("a CPU stream".into()))?
+        .clone();
+    let mut named: Vec<Arc<dyn Device>> = meta.devices().to_vec();
+    named.push(input.device());
+    check_mem_names(given, &named)?;
+    let mut budgets = given.to_vec();
+    for d in meta.devices() {
+        let known = budgets
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(d.name()));
+        let free = d.memory().free;
+        if !known && !d.buffer_type().is_host() && free > 0 {
+            budgets.push((d.name().to_string(), free));
+        }
+    }
+    let prefer = if args.tensor_split.is_empty() {
+        vec![1.0; meta.devices().len()]
+    } else {
+        args.tensor_split.clone()
+    };
+    let plan = tessera_llm::fit_split::fit_split(file, &meta, &input, &budgets, &prefer, options)?;
+    let fitted: Arc<dyn Device> = MetaDevice::new(
+        meta.devices().to_vec(),
+        SplitPolicy::new(plan.ratios.clone())?,
+        meta.options().clone(),
+    )?;
+    let mut o = StreamOptions::new();
+    if let Some(t) = args.threads {
+        o = o.threads(t);
+    }
+    devs.streams[0] = fitted.new_stream(&o)?;
+    devs.devices[0] = fitted;
+    Ok(plan)
+}
+
 /// Where the layers go: measured by `--fit` for a session of `options`
 /// (with the plan), or `--ngl`'s last layers on the first non-CPU device.
 pub fn place(
     args: &ModelArgs,
     file: &GgufFile,
-    devs: &Devices,
+    devs: &mut Devices,
     options: &SessionOptions,
-) -> Result<(LayerMap, Option<FitPlan>)> {
+) -> Result<(LayerMap, Option<Plan>)> {
     let n_layer = Params::from_gguf(file)?.n_layer;
     let cpu = devs
         .devices
         .last()
         .ok_or_else(|| Error::NotFound("a CPU device".into()))?
         .buffer_type();
-    if args.tensor_split() {
-        if args.fit {
-            return Err(Error::unsupported(
-                "tessera",
-                "--fit with --split tensor (not yet): name the devices and shares instead",
-            ));
-        }
-        let mut map = LayerMap::uniform(devs.devices[0].buffer_type(), n_layer);
-        map.set_input(cpu);
-        return Ok((map, None));
-    }
+    let mut given = Vec::new();
     if args.fit {
-        let mut given = Vec::new();
         for m in &args.mem {
             given.push(parse_mem(m)?);
         }
-        for (name, _) in &given {
-            if !devs
-                .devices
-                .iter()
-                .any(|d| d.name().eq_ignore_ascii_case(name))
-            {
-                return Err(Error::NotFound(format!(
-                    "--mem {name}: not one of the devices in use ({})",
-                    devs.devices
-                        .iter()
-                        .map(|d| d.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
+    }
+    if args.tensor_split() {
+        let mut plan = None;
+        if args.fit {
+            plan = Some(Plan::Tensor(fit_tensor_split(
+                args, file, devs, &given, options,
+            )?));
         }
+        let mut map = LayerMap::uniform(devs.devices[0].buffer_type(), n_layer);
+        map.set_input(cpu);
+        return Ok((map, plan));
+    }
+    if args.fit {
+        check_mem_names(&given, &devs.devices)?;
         let budgets: Vec<Option<usize>> = devs
             .devices
             .iter()
@@ -295,7 +362,7 @@ pub fn place(
             })
             .collect();
         let plan = fit::fit(file, &devs.streams, &budgets, options)?;
-        return Ok((plan.map.clone(), Some(plan)));
+        return Ok((plan.map.clone(), Some(Plan::Layers(plan))));
     }
     if devs.devices.len() < 2 {
         return Ok((LayerMap::uniform(cpu, n_layer), None));
@@ -341,15 +408,50 @@ pub fn load_model(file: GgufFile, map: &LayerMap) -> Result<Arc<Model>> {
 pub fn load(
     args: &ModelArgs,
     options: &SessionOptions,
-) -> Result<(Arc<Model>, Devices, LayerMap, Option<FitPlan>)> {
-    let (file, devs) = open_model(args)?;
-    let (map, plan) = place(args, &file, &devs, options)?;
+) -> Result<(Arc<Model>, Devices, LayerMap, Option<Plan>)> {
+    let (file, mut devs) = open_model(args)?;
+    let (map, plan) = place(args, &file, &mut devs, options)?;
     let model = load_model(file, &map)?;
     Ok((model, devs, map, plan))
 }
 
 /// Print the fit plan and then what the session allocated (stderr).
-pub fn report_fit(plan: &FitPlan, session: &mut Session) -> Result<()> {
+pub fn report_fit(plan: &Plan, session: &mut Session) -> Result<()> {
+    match plan {
+        Plan::Layers(plan) => report_layer_fit(plan, session),
+        Plan::Tensor(plan) => report_split_fit(plan, session),
+    }
+}
+
+fn report_split_fit(plan: &SplitFit, session: &mut Session) -> Result<()> {
+    eprint!("fit plan (measured before loading):\n{plan}");
+    session.reserve()?;
+    let got = tessera_llm::fit_split::split_usage(session)?;
+    let mut same = true;
+    for (d, g) in plan
+        .parts
+        .iter()
+        .chain(std::iter::once(&plan.input))
+        .zip(got.parts.iter().chain(std::iter::once(&got.input)))
+    {
+        same &= (g.weights, g.kv, g.compute) == (d.weights, d.kv, d.compute);
+        eprintln!(
+            "allocated on {}: weights {} + KV cache {} + compute {} bytes",
+            g.device, g.weights, g.kv, g.compute
+        );
+    }
+    eprintln!(
+        "{}",
+        if same {
+            "allocated = planned, byte for byte"
+        } else {
+            "allocated differs from the plan (please report)"
+        }
+    );
+    Ok(())
+}
+
+fn report_layer_fit(plan: &FitPlan, session: &mut Session) -> Result<()> {
     eprint!("fit plan (measured before loading):\n{plan}");
     let compute = session.reserve()?;
     let weights = session.model().weights().bytes_by_buffer_type();

@@ -40,7 +40,7 @@ pub struct RunArgs {
 
 /// Run `tessera run`.
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    let (file, devs) = llm::open_model(&args.model)?;
+    let (file, mut devs) = llm::open_model(&args.model)?;
     let vocab = Vocab::from_gguf(&file)?;
     let prompt = vocab.tokenize(&args.prompt, true, true);
     let n_ctx = match args.ctx {
@@ -53,7 +53,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         swa_full: args.swa_full,
         ..SessionOptions::default()
     };
-    let (map, plan) = llm::place(&args.model, &file, &devs, &options)?;
+    let (map, plan) = llm::place(&args.model, &file, &mut devs, &options)?;
     let model = llm::load_model(file, &map)?;
     let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
     if let Some(plan) = &plan {

@@ -66,8 +66,15 @@ pub struct FitPlan {
 
 impl fmt::Display for FitPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_plans(f, &self.devices)
+    }
+}
+
+/// One line per device: layers, bytes of weights, cache and compute, budget.
+pub(crate) fn write_plans(f: &mut fmt::Formatter<'_>, devices: &[DevicePlan]) -> fmt::Result {
+    {
         let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-        for d in &self.devices {
+        for d in devices {
             write!(
                 f,
                 "{}: {} layers{}, weights {:.1} MiB + KV cache {:.1} MiB + compute {:.1} MiB = {:.1} MiB",

@@ -103,10 +103,13 @@ impl KvCache {
             let k = Layout::contiguous(dtype, &[p.n_embd_k(), n])?;
             let v = Layout::contiguous(dtype, &[p.n_embd_v(), n])?;
             if let Some(meta) = crate::tensor_split::meta_device(&buft(il)) {
-                if planning {
+                if planning != meta.is_planning() {
                     return Err(Error::unsupported(
                         "tessera-llm",
-                        "planning (--fit) a tensor-split KV cache",
+                        format!(
+                            "a KV cache on {}: plan on a planning meta device, allocate on a real one",
+                            tessera::Device::name(meta.as_ref())
+                        ),
                     ));
                 }
                 let specs = [
@@ -114,7 +117,9 @@ impl KvCache {
                     (v, crate::tensor_split::kv_state(&meta, p, &v, il)),
                 ];
                 let (buffer, t) = meta.alloc_split(&specs, BufferUsage::Any)?;
-                buffer.clear(0)?;
+                if !planning {
+                    buffer.clear(0)?;
+                }
                 let mut t = t.into_iter();
                 let (Some(k), Some(v)) = (t.next(), t.next()) else {
                     return Err(Error::InvalidLayout("KV cache allocation".into()));
@@ -179,6 +184,27 @@ impl KvCache {
     /// Bytes it occupies.
     pub fn bytes(&self) -> usize {
         self.buffers.iter().map(|b| b.size()).sum()
+    }
+
+    /// For a meta buffer type named `name`: the bytes each of its devices
+    /// holds of the cache.
+    pub fn bytes_per_part(&self, name: &str) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for b in self
+            .buffers
+            .iter()
+            .filter(|b| b.buffer_type().name() == name)
+        {
+            let Some(m) = b.as_any().downcast_ref::<tessera_meta::MetaBuffer>() else {
+                continue;
+            };
+            let per = m.bytes_per_device();
+            out.resize(out.len().max(per.len()), 0);
+            for (o, p) in out.iter_mut().zip(per) {
+                *o += p;
+            }
+        }
+        out
     }
 
     /// Bytes it occupies in buffer types named `name`.

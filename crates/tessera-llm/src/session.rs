@@ -308,8 +308,19 @@ impl Session {
         let shape = crate::fit::worst_shape(&self.options, self.cache.n_slots());
         let gi = self.graph_for(shape)?;
         let dg = &self.graphs[gi];
-        let placement = dg.placement()?;
+        let mut placement = dg.placement()?;
         self.sched.reserve(&dg.graph, &placement)?;
+        // A meta device also plans its devices' own memory for the graph
+        // (what its first compute would do), so that is taken up front too.
+        if self
+            .sched
+            .streams()
+            .iter()
+            .any(|s| s.as_any().is::<tessera_meta::MetaStream>())
+        {
+            self.sched.alloc_graph(&dg.graph, &mut placement)?;
+            crate::fit_split::prepare_meta(&self.sched)?;
+        }
         (0..self.sched.devices().len())
             .map(|i| self.sched.buffer_size(i))
             .collect()

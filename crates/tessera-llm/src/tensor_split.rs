@@ -105,6 +105,10 @@ pub fn weight_state(meta: &MetaDevice, name: &str, layout: &Layout, p: &Params) 
         .unwrap_or(SplitState::Mirrored)
 }
 
+/// Bound weights, each with whether its bytes must be written; the bytes
+/// allocated for copies on all devices; the bytes of each device's pieces.
+pub type BoundWeights = (Vec<(tessera::Tensor, bool)>, usize, Vec<usize>);
+
 /// A weight bound as views: its index, layout and state, and its pieces.
 type ViewSpec = (usize, (Layout, SplitState), Vec<Option<tessera::Tensor>>);
 
@@ -125,7 +129,8 @@ fn contiguous_pieces(layout: &Layout, state: &SplitState) -> bool {
 /// the file's bytes (zero copy: with a mapped file, the map); the others
 /// (row-parallel weights, whose pieces are strided) are allocated, to be
 /// written by the caller. Returns each tensor with whether it needs its
-/// bytes written, and the bytes its pieces take on all devices.
+/// bytes written, the bytes allocated for the copies on all devices, and
+/// the bytes of each device's pieces (views and copies).
 pub fn bind_weights(
     meta: &MetaDevice,
     file: &tessera_gguf::GgufFile,
@@ -133,7 +138,7 @@ pub fn bind_weights(
     bound: &[&str],
     layouts: &[Layout],
     p: &Params,
-) -> Result<(Vec<(tessera::Tensor, bool)>, usize)> {
+) -> Result<BoundWeights> {
     let host = meta.devices().iter().all(|d| d.buffer_type().is_host());
     let data = host.then(|| file.data_buffer(meta.devices()[0].buffer_type()));
     let mut views: Vec<ViewSpec> = Vec::new();
@@ -176,11 +181,18 @@ pub fn bind_weights(
     }
     let mut out: Vec<Option<(tessera::Tensor, bool)>> = vec![None; bound.len()];
     let mut bytes = 0;
+    let mut per_part = vec![0; meta.devices().len()];
+    let mut add = |b: Vec<usize>| {
+        for (p, b) in per_part.iter_mut().zip(b) {
+            *p += b;
+        }
+    };
     if !views.is_empty() {
         let specs: Vec<_> = views.iter().map(|v| v.1.clone()).collect();
         let idx: Vec<usize> = views.iter().map(|v| v.0).collect();
         let pieces = views.into_iter().map(|v| v.2).collect();
-        let (_, ts) = meta.bind_split(&specs, pieces, tessera::BufferUsage::Weights)?;
+        let (buf, ts) = meta.bind_split(&specs, pieces, tessera::BufferUsage::Weights)?;
+        add(buf.bytes_per_device());
         for (i, t) in idx.into_iter().zip(ts) {
             out[i] = Some((t, false));
         }
@@ -189,6 +201,7 @@ pub fn bind_weights(
         let specs: Vec<_> = copies.iter().map(|c| c.1.clone()).collect();
         let (buf, ts) = meta.alloc_split(&specs, tessera::BufferUsage::Weights)?;
         bytes += buf.bytes_per_device().iter().sum::<usize>();
+        add(buf.bytes_per_device());
         for ((i, _), t) in copies.into_iter().zip(ts) {
             out[i] = Some((t, true));
         }
@@ -197,5 +210,5 @@ pub fn bind_weights(
         .into_iter()
         .map(|t| t.ok_or_else(|| tessera::Error::InvalidLayout("a weight left unbound".into())))
         .collect::<Result<Vec<_>>>()?;
-    Ok((out, bytes))
+    Ok((out, bytes, per_part))
 }

@@ -38,6 +38,8 @@ pub struct Weights {
     tensors: HashMap<String, Tensor>,
     /// Bytes of the tensors bound per buffer type name.
     sizes: Vec<(String, usize)>,
+    /// For meta buffer types: the bytes of each device's pieces.
+    parts: Vec<(String, Vec<usize>)>,
 }
 
 impl Weights {
@@ -88,14 +90,25 @@ impl Weights {
             .sum();
         let mut done = 0u64;
         let mut sizes = Vec::new();
+        let mut parts = Vec::new();
         for (buft, infos) in groups {
             if let Some(meta) = crate::tensor_split::meta_device(&buft) {
-                let Some(progress) = progress.as_mut() else {
+                // Planning takes a planning meta device (no memory), loading
+                // a real one.
+                if progress.is_none() != meta.is_planning() {
                     return Err(Error::unsupported(
                         "tessera-llm",
-                        "planning (--fit) a tensor split: name the devices instead",
+                        format!(
+                            "{} weights on {}: plan on a planning meta device, load on a real one",
+                            if progress.is_none() {
+                                "planning"
+                            } else {
+                                "loading"
+                            },
+                            tessera::Device::name(meta.as_ref())
+                        ),
                     ));
-                };
+                }
                 let params = crate::params::Params::from_gguf(file)?;
                 // (name bound, name of the data): a tied output matrix gets
                 // a split copy of the token embeddings of its own.
@@ -117,11 +130,11 @@ impl Weights {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let bound: Vec<&str> = names.iter().map(|(b, _)| b.as_str()).collect();
-                let (set, bytes) = crate::tensor_split::bind_weights(
+                let (set, bytes, per_part) = crate::tensor_split::bind_weights(
                     &meta, file, &names, &bound, &layouts, &params,
                 )?;
                 for ((b, d), (t, copied)) in names.iter().zip(set) {
-                    if copied {
+                    if let (true, Some(progress)) = (copied, progress.as_mut()) {
                         let data = file.tensor_data(d)?;
                         t.write(0, data)?;
                         done += data.len() as u64;
@@ -130,6 +143,7 @@ impl Weights {
                     tensors.insert(b.clone(), t);
                 }
                 sizes.push((buft.name().to_string(), bytes));
+                parts.push((buft.name().to_string(), per_part));
                 continue;
             }
             if buft.is_host() {
@@ -171,7 +185,11 @@ impl Weights {
                 tensors.insert(info.name.clone(), t.clone());
             }
         }
-        Ok(Weights { tensors, sizes })
+        Ok(Weights {
+            tensors,
+            sizes,
+            parts,
+        })
     }
 
     /// Tensor `name`, or an error naming it (and the type it has when
@@ -204,5 +222,16 @@ impl Weights {
     /// copies), elsewhere the bytes allocated (alignment included).
     pub fn bytes_by_buffer_type(&self) -> Vec<(String, usize)> {
         self.sizes.clone()
+    }
+
+    /// For the meta buffer type named `name`: the bytes of each of its
+    /// devices' pieces (views of the mapped file on host devices, as for
+    /// [`Weights::bytes_by_buffer_type`], allocations elsewhere); `None`
+    /// when no weights are there.
+    pub fn bytes_per_part(&self, name: &str) -> Option<Vec<usize>> {
+        self.parts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.clone())
     }
 }

@@ -17,7 +17,7 @@
 use tessera::{Error, Layout, Result, TensorId};
 
 use crate::AllReduce;
-use crate::lower::{Held, Lower, Step};
+use crate::lower::{Held, Lower};
 use crate::state::{SplitState, share};
 
 /// Tensors below this size are exchanged (latency beats bytes).
@@ -77,7 +77,8 @@ impl Lower<'_> {
                 )?;
                 let c = self.gs[j].cont(v)?;
                 if k != j {
-                    self.gs[j].set_output(c)?;
+                    // Sent, never read here again.
+                    self.keep_for_copy(j, c)?;
                 }
                 chunk[j][k] = Some(c);
             }
@@ -94,7 +95,7 @@ impl Lower<'_> {
                 if j == k {
                     terms.push(own);
                 } else if let Some(src) = chunk[j][k] {
-                    let r = self.gs[k].new_leaf(cl)?;
+                    let r = self.receive_leaf(k, cl)?;
                     copies.push((j, src, k, r));
                     terms.push(r);
                 }
@@ -103,10 +104,10 @@ impl Lower<'_> {
             for &t in &terms[1..] {
                 sum = self.gs[k].add(sum, t)?;
             }
-            self.gs[k].set_output(sum)?;
+            // Read by the all-gather's copies and then by the concat here.
             summed[k] = Some(sum);
         }
-        self.steps.push(Step::Copy(copies, true));
+        self.push_copy(copies, true);
         self.flush();
         // All-gather: every device receives every chunk from its summer,
         // then joins them in order.
@@ -119,13 +120,13 @@ impl Lower<'_> {
                     p.push(s);
                 } else {
                     let cl = self.gs[k].layout(s)?;
-                    let r = self.gs[j].new_leaf(cl)?;
+                    let r = self.receive_leaf(j, cl)?;
                     copies.push((k, s, j, r));
                     p.push(r);
                 }
             }
         }
-        self.steps.push(Step::Copy(copies, false));
+        self.push_copy(copies, false);
         let mut out = Vec::with_capacity(n);
         for (j, p) in parts.iter().enumerate() {
             let mut whole = p[0];

@@ -174,17 +174,20 @@ impl Lower<'_> {
         {
             return self.reduce_scatter(h);
         }
-        for &c in &contributors {
-            if let Some(p) = h.ids[c] {
-                self.gs[c].set_output(p)?;
-            }
-        }
+        // Each contributor's partial sum lives until its own add below,
+        // after the exchange; the received ones only around it.
         self.flush();
         let mut into = vec![vec![None; self.n]; self.n];
         for (j, row) in into.iter_mut().enumerate() {
             for &c in &contributors {
                 if c != j {
-                    row[c] = Some(self.gs[j].new_leaf(h.layout)?);
+                    // A lone received sum is the result itself (it lives on
+                    // after the add's step): an ordinary leaf.
+                    row[c] = Some(if contributors.len() == 1 {
+                        self.gs[j].new_leaf(h.layout)?
+                    } else {
+                        self.receive_leaf(j, h.layout)?
+                    });
                 }
             }
         }
@@ -197,7 +200,7 @@ impl Lower<'_> {
                 }
             }
         }
-        self.steps.push(Step::Copy(copies, true));
+        self.push_copy(copies, true);
         let mut ids = Vec::with_capacity(self.n);
         for (j, row) in into.iter().enumerate() {
             let terms: Vec<TensorId> = contributors

@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
-use tessera::alloc::alloc_tensors;
+use tessera::alloc::{PlanningType, alloc_tensors};
 use tessera::{
     BufferType, BufferUsage, Device, DeviceCaps, DeviceType, Error, Graph, Layout, MemoryInfo,
     Result, Stream, StreamOptions, Tensor, TensorId,
@@ -54,6 +54,7 @@ pub struct MetaDevice {
     buft: Arc<MetaBufferType>,
     policy: SplitPolicy,
     options: MetaOptions,
+    planning: bool,
 }
 
 impl std::fmt::Debug for MetaDevice {
@@ -74,6 +75,44 @@ impl MetaDevice {
         policy: SplitPolicy,
         options: MetaOptions,
     ) -> Result<Arc<MetaDevice>> {
+        let bufts = devices.iter().map(|d| d.buffer_type()).collect();
+        MetaDevice::with_buffer_types(devices, bufts, policy, options, false)
+    }
+
+    /// A twin of this device that splits as `policy` says and allocates
+    /// nothing: its devices' buffer types are planning types
+    /// ([`PlanningType`]), so weights, caches, compute buffers and its
+    /// streams' per-device memory are laid out exactly as on a real one,
+    /// and their sizes can be read, without memory. For fitting a model
+    /// before loading it; its streams plan graphs ([`crate::MetaStream::prepare`])
+    /// but cannot run them.
+    pub fn planning(&self, policy: SplitPolicy) -> Result<Arc<MetaDevice>> {
+        let bufts = self
+            .devices
+            .iter()
+            .map(|d| PlanningType::wrap(d.buffer_type()))
+            .collect();
+        MetaDevice::with_buffer_types(
+            self.devices.clone(),
+            bufts,
+            policy,
+            self.options.clone(),
+            true,
+        )
+    }
+
+    /// Whether this is a planning twin (see [`MetaDevice::planning`]).
+    pub fn is_planning(&self) -> bool {
+        self.planning
+    }
+
+    fn with_buffer_types(
+        devices: Vec<Arc<dyn Device>>,
+        bufts: Vec<Arc<dyn BufferType>>,
+        policy: SplitPolicy,
+        options: MetaOptions,
+        planning: bool,
+    ) -> Result<Arc<MetaDevice>> {
         if devices.is_empty() {
             return Err(Error::device(
                 "Meta",
@@ -88,14 +127,18 @@ impl MetaDevice {
             )));
         }
         let names: Vec<String> = devices.iter().map(|d| d.name().to_owned()).collect();
-        let name = format!("Meta({})", names.join(","));
+        let name = format!(
+            "Meta({}){}",
+            names.join(","),
+            if planning { " (planning)" } else { "" }
+        );
         Ok(Arc::new_cyclic(|me: &Weak<MetaDevice>| {
             let dev: Weak<dyn Device> = me.clone();
             MetaDevice {
                 description: format!("tensor parallelism over {}", names.join(", ")),
                 buft: Arc::new_cyclic(|bt| MetaBufferType {
                     name: name.clone(),
-                    bufts: devices.iter().map(|d| d.buffer_type()).collect(),
+                    bufts,
                     device: dev,
                     meta: me.clone(),
                     me: bt.clone(),
@@ -104,6 +147,7 @@ impl MetaDevice {
                 devices,
                 policy,
                 options,
+                planning,
             }
         }))
     }
@@ -336,8 +380,10 @@ impl Device for MetaDevice {
             self.name.clone(),
             device,
             self.devices.clone(),
+            self.buft.bufts.clone(),
             streams,
             self.options.clone(),
+            self.planning,
         )?))
     }
 

@@ -18,6 +18,7 @@
 //! destination that the source cannot match) is an error naming the node.
 #![forbid(unsafe_code)]
 
+mod arena;
 pub mod buffer;
 mod collective;
 mod convert;

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use tessera::{Buffer, Device, Error, Graph, Layout, Op, Place, Placement, Result, TensorId};
 
+use crate::arena::{Arena, ArenaPlan};
 use crate::buffer::MetaBuffer;
 use crate::rebuild::rebuild;
 use crate::state::{Runs, Split, SplitState};
@@ -71,6 +72,8 @@ pub(crate) struct Lowered {
     /// The inputs read from meta memory and the states they were found in
     /// (the lowering holds while they are found so again).
     pub inputs: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
+    /// Where the tensors the copy steps move live (`crate::arena`).
+    pub arena: ArenaPlan,
 }
 
 pub(crate) struct Lower<'a> {
@@ -90,6 +93,7 @@ pub(crate) struct Lower<'a> {
     /// copies: the writes must reach them).
     written: Vec<bool>,
     inputs: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
+    arena: Arena,
 }
 
 impl<'a> Lower<'a> {
@@ -117,6 +121,7 @@ impl<'a> Lower<'a> {
             map: vec![None; graph.len()],
             written: written_roots(graph),
             inputs: Vec::new(),
+            arena: Arena::new(n),
         }
     }
 
@@ -172,13 +177,47 @@ impl<'a> Lower<'a> {
             self.map[i] = Some(held);
         }
         self.flush();
+        let align: Vec<usize> = self
+            .devices
+            .iter()
+            .map(|d| d.buffer_type().alignment())
+            .collect();
+        let arena = self.arena.plan(&self.steps, &align)?;
         Ok(Lowered {
             graphs: self.gs,
             preplaced: self.pre,
             steps: self.steps,
             records,
             inputs: self.inputs,
+            arena,
         })
+    }
+
+    /// A buffer on device `j` that the next copy step writes (its memory
+    /// lives only around that step: `crate::arena`).
+    pub(crate) fn receive_leaf(&mut self, j: usize, layout: Layout) -> Result<TensorId> {
+        let id = self.gs[j].new_leaf(layout)?;
+        self.keep_for_copy(j, id)?;
+        Ok(id)
+    }
+
+    /// Node `id` of device `j` is read only by the next copy step: its
+    /// memory lives only around that step.
+    pub(crate) fn keep_for_copy(&mut self, j: usize, id: TensorId) -> Result<()> {
+        let layout = self.gs[j].layout(id)?;
+        let size = self.devices[j].buffer_type().alloc_size(&layout);
+        self.arena.add(j, id, &layout, size);
+        Ok(())
+    }
+
+    /// Push a copy step (`starts`: it starts an all-reduce).
+    pub(crate) fn push_copy(
+        &mut self,
+        copies: Vec<(usize, TensorId, usize, TensorId)>,
+        starts: bool,
+    ) {
+        self.arena.pushed(self.steps.len());
+        self.steps.push(Step::Copy(copies, starts));
     }
 
     /// The mirror buffer and offset of node `id`'s memory, if it has meta

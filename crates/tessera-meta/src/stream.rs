@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use tessera::alloc::GraphAllocator;
-use tessera::{AbortCallback, Device, Error, Graph, Placement, Result, Stream};
+use tessera::{AbortCallback, BufferType, Device, Error, Graph, Placement, Result, Stream};
 
 use crate::device::MetaOptions;
 use crate::lower::{Lower, Lowered, Step, meta_buffer};
@@ -45,6 +45,8 @@ pub struct MetaStream {
     streams: Vec<Arc<dyn Stream>>,
     options: MetaOptions,
     allocs: Mutex<Vec<GraphAllocator>>,
+    /// Per device: the memory of the tensors the copy steps move.
+    arenas: Mutex<Vec<Option<Arc<dyn tessera::Buffer>>>>,
     plans: Mutex<Vec<Arc<Plan>>>,
     stats: Mutex<MetaStats>,
     /// Per device: its worker thread (none for the first device, which
@@ -52,6 +54,8 @@ pub struct MetaStream {
     workers: Vec<Option<Worker>>,
     /// Computes on one stream run one after the other.
     running: Mutex<()>,
+    /// A planning device's stream: plans, never runs.
+    planning: bool,
 }
 
 /// Plans kept for reuse (prompt batch, decoding step, ...).
@@ -113,13 +117,13 @@ impl MetaStream {
         name: String,
         device: Arc<dyn Device>,
         devices: Vec<Arc<dyn Device>>,
+        bufts: Vec<Arc<dyn BufferType>>,
         streams: Vec<Arc<dyn Stream>>,
         options: MetaOptions,
+        planning: bool,
     ) -> Result<MetaStream> {
-        let allocs = devices
-            .iter()
-            .map(|d| GraphAllocator::new(d.buffer_type()))
-            .collect();
+        let n_devices = devices.len();
+        let allocs = bufts.into_iter().map(GraphAllocator::new).collect();
         let workers = (0..devices.len())
             .map(|j| {
                 (j > 0)
@@ -133,17 +137,41 @@ impl MetaStream {
             devices,
             streams,
             options,
+            arenas: Mutex::new(vec![None; n_devices]),
             allocs: Mutex::new(allocs),
             plans: Mutex::new(Vec::new()),
             stats: Mutex::new(MetaStats::default()),
             workers,
             running: Mutex::new(()),
+            planning,
         })
     }
 
     /// What the collectives moved so far.
     pub fn stats(&self) -> MetaStats {
         *lock(&self.stats)
+    }
+
+    /// Lower nodes `range` of `graph` (placed by `placement`) and plan each
+    /// device's own memory for them, without running anything — what the
+    /// first compute of that graph does before its steps. With a planning
+    /// device ([`crate::MetaDevice::planning`]) nothing is allocated and
+    /// [`MetaStream::scratch_bytes`] then says what a real device would hold.
+    pub fn prepare(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()> {
+        let _running = lock(&self.running);
+        self.plan_for(graph, placement, range).map(|_| ())
+    }
+
+    /// Bytes of each device's own compute memory (the slices, gathered
+    /// operands, partial sums and received chunks of the lowered graphs),
+    /// beyond the meta device's compute buffers, in device order.
+    pub fn scratch_bytes(&self) -> Vec<usize> {
+        let arenas = lock(&self.arenas);
+        lock(&self.allocs)
+            .iter()
+            .zip(arenas.iter())
+            .map(|(a, b)| a.buffer_size(0).unwrap_or(0) + b.as_ref().map_or(0, |b| b.size()))
+            .collect()
     }
 
     /// The devices' streams, in device order.
@@ -188,11 +216,39 @@ impl MetaStream {
         let mut places = Vec::with_capacity(n);
         {
             let mut allocs = lock(&self.allocs);
+            let mut arenas = lock(&self.arenas);
             for j in 0..n {
                 let g = &lowered.graphs[j];
                 let mut p = Placement::new(g);
                 for (id, place) in &lowered.preplaced[j] {
                     p.set(g, *id, place.clone())?;
+                }
+                // The tensors the copies move, in the device's arena (grown
+                // when a graph needs more; plans run one at a time, and
+                // what they keep there lives only around a copy step).
+                let need = lowered.arena.sizes.get(j).copied().unwrap_or(0);
+                if need > arenas[j].as_ref().map_or(0, |b| b.size()) {
+                    let buft = allocs[j]
+                        .buffer_types()
+                        .first()
+                        .cloned()
+                        .ok_or_else(|| Error::NotFound("a device buffer type".into()))?;
+                    let buf = buft.alloc_buffer(need)?;
+                    buf.set_usage(tessera::BufferUsage::Compute);
+                    arenas[j] = Some(buf);
+                }
+                if let Some(buf) = &arenas[j] {
+                    for &(id, offset) in lowered.arena.offsets.get(j).map_or(&[][..], |v| v) {
+                        buf.init_tensor(&g.layout(id)?, offset)?;
+                        p.set(
+                            g,
+                            id,
+                            tessera::Place {
+                                buffer: buf.clone(),
+                                offset,
+                            },
+                        )?;
+                    }
                 }
                 allocs[j].alloc_graph(g, &mut p)?;
                 places.push(p);
@@ -214,6 +270,12 @@ impl MetaStream {
     }
 
     fn run(&self, graph: &Graph, placement: &Placement, range: Range<usize>) -> Result<()> {
+        if self.planning {
+            return Err(Error::unsupported(
+                &self.name,
+                "computing on a planning device (it holds no memory)",
+            ));
+        }
         let _running = lock(&self.running);
         let plan = self.plan_for(graph, placement, range)?;
         let (lowered, places) = (&plan.lowered, &plan.places);

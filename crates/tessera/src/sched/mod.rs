@@ -209,6 +209,11 @@ impl Scheduler {
         &self.devices
     }
 
+    /// The streams, one per device, in priority order.
+    pub fn streams(&self) -> &[Arc<dyn Stream>] {
+        &self.streams
+    }
+
     /// The options it was made with.
     pub fn options(&self) -> SchedulerOptions {
         self.options
@@ -280,6 +285,13 @@ impl Scheduler {
     /// order, with TRANSFER nodes for the copies).
     pub fn split_graph(&self) -> Option<&Graph> {
         self.plan.as_ref().map(|p| &p.rewrite.graph)
+    }
+
+    /// Where every tensor of [`Scheduler::split_graph`] lives, after
+    /// [`Scheduler::alloc_graph`] (`None` before): what each split's stream
+    /// gets with its node range.
+    pub fn split_placement(&self) -> Option<&Placement> {
+        self.placed.as_ref()
     }
 
     /// Observe chosen nodes during compute (see [`EvalCallback`]); `None`
