@@ -57,6 +57,14 @@ pub struct ModelArgs {
     /// first (as llama.cpp's `--rpc`), before those named with --device.
     #[arg(long, value_delimiter = ',')]
     pub rpc: Vec<String>,
+    /// Speak TLS to the --rpc servers, trusting the certificates of this
+    /// PEM file (Tessera's extension: `tessera rpc-server --tls-cert`).
+    #[arg(long, requires = "rpc")]
+    pub rpc_ca: Option<PathBuf>,
+    /// Prove the pre-shared key in this file to the --rpc servers
+    /// (Tessera's extension: `tessera rpc-server --psk-file`).
+    #[arg(long, requires = "rpc")]
+    pub rpc_psk_file: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -70,8 +78,24 @@ impl ModelArgs {
     /// The devices of the `--rpc` servers (connected and registered).
     fn remote_devices(&self) -> Result<Vec<Arc<dyn Device>>> {
         let mut out = Vec::new();
+        if self.rpc.is_empty() {
+            return Ok(out);
+        }
+        let opts = tessera_rpc::ClientOptions {
+            tls: self
+                .rpc_ca
+                .as_deref()
+                .map(tessera_rpc::client_tls)
+                .transpose()?,
+            psk: self
+                .rpc_psk_file
+                .as_deref()
+                .map(tessera_rpc::Psk::from_file)
+                .transpose()?,
+            ..tessera_rpc::ClientOptions::default()
+        };
         for ep in &self.rpc {
-            out.extend(tessera_rpc::register(ep)?);
+            out.extend(tessera_rpc::register_with(ep, opts.clone())?);
         }
         Ok(out)
     }

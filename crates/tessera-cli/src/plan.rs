@@ -207,6 +207,8 @@ fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
         split: "layer".into(),
         tensor_split: Vec::new(),
         rpc: Vec::new(),
+        rpc_ca: None,
+        rpc_psk_file: None,
     };
     let options = tessera_llm::SessionOptions {
         n_ctx: args.tokens.max(1),

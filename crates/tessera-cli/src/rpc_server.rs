@@ -1,6 +1,7 @@
 //! `tessera rpc-server`: serve local devices to ggml-rpc clients (llama.cpp's
 //! `--rpc HOST:PORT`, or Tessera's `tessera_rpc::connect`), protocol 7.0.0.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -8,8 +9,8 @@ use tessera::{Device, Registry, Result};
 
 #[derive(clap::Args, Debug)]
 pub struct RpcServerArgs {
-    /// Address to bind. The protocol has no authentication: keep loopback
-    /// unless the network is trusted.
+    /// Address to bind. Plain ggml-rpc has no authentication: keep loopback
+    /// unless the network is trusted, or require a key (--psk-file) and TLS.
     #[arg(long, short = 'H', default_value = "127.0.0.1")]
     pub host: String,
     /// Port to bind.
@@ -30,6 +31,17 @@ pub struct RpcServerArgs {
     /// Print why connections were closed.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Speak TLS with this PEM certificate chain (Tessera's extension;
+    /// llama.cpp clients cannot connect then). Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve only clients that prove the pre-shared key in this file
+    /// (at least 16 bytes; Tessera's extension: `tessera run --rpc-psk-file`).
+    #[arg(long)]
+    pub psk_file: Option<PathBuf>,
 }
 
 impl RpcServerArgs {
@@ -46,17 +58,46 @@ pub fn run(args: &RpcServerArgs) -> Result<ExitCode> {
         .iter()
         .map(|d| reg.device_by_name(d))
         .collect::<Result<_>>()?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tessera_rpc::server_tls(c, k)?),
+        _ => None,
+    };
+    let psk = args
+        .psk_file
+        .as_deref()
+        .map(tessera_rpc::Psk::from_file)
+        .transpose()?;
+    let loopback = args.host == "localhost"
+        || args
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback && psk.is_none() {
+        eprintln!(
+            "warning: serving {} without a key: anyone who reaches this port can use the \
+             devices (give --psk-file, and --tls-cert/--tls-key on an open network)",
+            args.host
+        );
+    }
+    let secure = match (tls.is_some(), psk.is_some()) {
+        (true, true) => "TLS, pre-shared key",
+        (true, false) => "TLS",
+        (false, true) => "pre-shared key",
+        (false, false) => "plain, no authentication",
+    };
     let config = tessera_rpc::ServerConfig {
         max_connections: args.max_connections,
         max_client_bytes: args.max_client_mib.saturating_mul(1 << 20),
         threads: args.threads,
         verbose: args.verbose,
+        tls,
+        psk,
         ..tessera_rpc::ServerConfig::default()
     };
     let server =
         tessera_rpc::Server::bind((args.host.as_str(), args.port), devices.clone(), config)?;
     println!(
-        "Tessera ggml-rpc server {}.{}.{} on {}",
+        "Tessera ggml-rpc server {}.{}.{} on {} ({secure})",
         tessera_rpc::proto::PROTO_MAJOR,
         tessera_rpc::proto::PROTO_MINOR,
         tessera_rpc::proto::PROTO_PATCH,

@@ -127,6 +127,8 @@ pub fn read_request(r: &mut impl Read, limit: u64) -> Result<Option<(u8, Vec<u8>
             Ok(0) => return Ok(None),
             Ok(_) => break,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A TLS peer that left between frames without close_notify.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }

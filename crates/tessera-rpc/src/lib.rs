@@ -25,9 +25,10 @@
 //!
 //! # Security model of the server
 //!
-//! The protocol has no authentication and no encryption: bind loopback
-//! (the default endpoint) unless the network is trusted. Within that, the
-//! server is safe by construction against everything a client sends:
+//! Plain ggml-rpc has no authentication and no encryption: bind loopback
+//! (the default endpoint) unless the network is trusted, or use Tessera's
+//! opt-in extension, TLS and a pre-shared key ([`secure`]). Within that,
+//! the server is safe by construction against everything a client sends:
 //!
 //! - buffer handles are opaque ids in a per-connection table (never
 //!   addresses; a client cannot name another client's buffers); the base
@@ -68,9 +69,13 @@ pub mod msg;
 pub mod ops;
 pub mod proto;
 pub mod rebuild;
+pub mod secure;
 pub mod server;
 pub mod session;
 pub mod wire_tensor;
 
-pub use client::{ClientOptions, ConnStats, RpcDevice, connect, connect_with, register};
+pub use client::{
+    ClientOptions, ConnStats, RpcDevice, connect, connect_with, register, register_with,
+};
+pub use secure::{Psk, client_tls, server_tls};
 pub use server::{DEFAULT_ENDPOINT, Server, ServerConfig, ServerHandle};

@@ -6,10 +6,11 @@
 //! (exactly 24 bytes), then gets its own [`Session`]. Any error — a
 //! malformed or oversized message, a tensor outside its buffer, an op
 //! outside the allow-list, a failed compute — closes that connection only;
-//! the server keeps serving. Bind to loopback unless the network is
-//! trusted: the protocol has no authentication.
+//! the server keeps serving. Plain ggml-rpc has no authentication: bind to
+//! loopback unless the network is trusted, or require TLS and a key
+//! ([`ServerConfig::tls`], [`ServerConfig::psk`]; `crate::secure`).
 
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use tessera::{Device, Error, Result};
 use crate::codec::{read_request, write_reply};
 use crate::msg::Request;
 use crate::proto::Cmd;
+use crate::secure::{Psk, Transport, server_handshake};
 use crate::session::{Session, hello_reply};
 
 /// The default endpoint, loopback only (llama.cpp's default port).
@@ -47,6 +49,13 @@ pub struct ServerConfig {
     pub idle_timeout: Option<Duration>,
     /// Print connection errors to stderr.
     pub verbose: bool,
+    /// Speak TLS only (Tessera's extension, see [`crate::secure`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Serve only clients that prove this pre-shared key (Tessera's
+    /// extension; llama.cpp clients cannot).
+    pub psk: Option<Psk>,
+    /// Time allowed for the TLS handshake and the key's proof.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +70,9 @@ impl Default for ServerConfig {
             threads: None,
             idle_timeout: Some(Duration::from_secs(600)),
             verbose: false,
+            tls: None,
+            psk: None,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -223,10 +235,13 @@ fn serve_connection(
     config: Arc<ServerConfig>,
 ) -> Result<()> {
     sock.set_nodelay(true)?;
-    sock.set_read_timeout(config.idle_timeout)?;
-    sock.set_write_timeout(config.idle_timeout)?;
-    let mut reader = BufReader::new(sock.try_clone()?);
-    let mut writer = BufWriter::new(sock);
+    let handshake = Some(config.handshake_timeout.max(Duration::from_millis(1)));
+    sock.set_read_timeout(handshake)?;
+    sock.set_write_timeout(handshake)?;
+    let control = sock.try_clone()?;
+    let mut reader = server_handshake(sock, config.tls.as_ref(), config.psk.as_ref())?;
+    control.set_read_timeout(config.idle_timeout)?;
+    control.set_write_timeout(config.idle_timeout)?;
     let limit = config.max_message_bytes;
     let Some((cmd, payload)) = read_request(&mut reader, limit.min(64))? else {
         return Ok(());
@@ -237,14 +252,29 @@ fn serve_connection(
         )));
     }
     Request::decode(cmd, &payload)?;
-    write_reply(&mut writer, &hello_reply())?;
+    send_reply(&mut reader, &hello_reply())?;
     let mut session = Session::new(devices, config);
     while let Some((cmd, payload)) = read_request(&mut reader, limit)? {
         let req = Request::decode(cmd, &payload)?;
         drop(payload);
         if let Some(reply) = session.handle(req)? {
-            write_reply(&mut writer, &reply)?;
+            send_reply(&mut reader, &reply)?;
         }
     }
     Ok(())
+}
+
+/// Write a reply frame through the connection's stream: small ones as one
+/// write (one TCP segment, one TLS record).
+fn send_reply(io: &mut BufReader<Box<dyn Transport>>, payload: &[u8]) -> Result<()> {
+    let w = io.get_mut();
+    if payload.len() <= 64 << 10 {
+        let mut frame = Vec::with_capacity(8 + payload.len());
+        frame.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        frame.extend_from_slice(payload);
+        w.write_all(&frame)?;
+        w.flush()?;
+        return Ok(());
+    }
+    write_reply(w, payload)
 }

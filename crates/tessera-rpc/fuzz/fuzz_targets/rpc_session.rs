@@ -40,6 +40,7 @@ fn config() -> Arc<ServerConfig> {
         threads: Some(1),
         idle_timeout: Some(Duration::from_secs(1)),
         verbose: false,
+        ..ServerConfig::default()
     })
 }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tessera::{Error, Result};
@@ -22,15 +22,21 @@ use tessera::{Error, Result};
 use crate::codec::{read_reply, request_frame};
 use crate::msg::Request;
 use crate::proto::{CONN_CAPS_SIZE, Cmd, PROTO_MAJOR, PROTO_MINOR};
+use crate::secure::{Psk, Transport, client_handshake};
 
 /// Client settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ClientOptions {
     /// Time allowed to open the TCP connection.
     pub connect_timeout: Duration,
     /// Time allowed for any single read or write (including waiting for a
     /// remote compute to finish before a reply).
     pub io_timeout: Duration,
+    /// Speak TLS, trusting these roots (Tessera's extension, see
+    /// [`crate::secure`]; `None`: plain TCP, as llama.cpp).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Prove this pre-shared key before HELLO (Tessera's extension).
+    pub psk: Option<Psk>,
 }
 
 impl Default for ClientOptions {
@@ -38,6 +44,8 @@ impl Default for ClientOptions {
         ClientOptions {
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(300),
+            tls: None,
+            psk: None,
         }
     }
 }
@@ -92,11 +100,9 @@ impl Counters {
     }
 }
 
-#[derive(Debug)]
-struct Io {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
+/// The connection's stream (reads buffered; writes go through
+/// `get_mut`, one frame at a time).
+type Io = BufReader<Box<dyn Transport>>;
 
 #[derive(Debug)]
 enum State {
@@ -162,10 +168,13 @@ impl Conn {
         sock.set_nodelay(true)?;
         sock.set_read_timeout(Some(opts.io_timeout))?;
         sock.set_write_timeout(Some(opts.io_timeout))?;
-        let io = Io {
-            reader: BufReader::new(sock.try_clone()?),
-            writer: sock,
-        };
+        let host = endpoint
+            .rsplit_once(':')
+            .map_or(endpoint, |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let io = client_handshake(sock, host, opts.tls.as_ref(), opts.psk.as_ref())
+            .map_err(|e| Error::device(format!("RPC[{endpoint}]"), e.to_string()))?;
         let mut conn = Conn {
             endpoint: endpoint.to_owned(),
             state: Mutex::new(State::Open(io)),
@@ -173,9 +182,21 @@ impl Conn {
             counters: Counters::default(),
             version: (0, 0, 0),
         };
-        let r = conn.call(&Request::Hello {
-            caps: [0; CONN_CAPS_SIZE],
-        })?;
+        let secured = opts.tls.is_some() || opts.psk.is_some();
+        let r = conn
+            .call(&Request::Hello {
+                caps: [0; CONN_CAPS_SIZE],
+            })
+            .map_err(|e| match (e, secured) {
+                (Error::Device { device, message }, false) => Error::Device {
+                    device,
+                    message: format!(
+                        "{message} (if the server is Tessera's with a key or TLS, give the \
+                         key file and the CA: --rpc-psk-file, --rpc-ca)"
+                    ),
+                },
+                (e, _) => e,
+            })?;
         let v = (r[0], r[1], r[2]);
         if v.0 != PROTO_MAJOR || v.1 > PROTO_MINOR {
             return Err(Error::device(
@@ -240,12 +261,12 @@ impl Conn {
         Counters::add(&self.counters.sent, frame.len());
         let has_reply = cmd.has_reply() && reply_size(req).is_some();
         let res = io
-            .writer
+            .get_mut()
             .write_all(&frame)
-            .and_then(|()| io.writer.flush())
+            .and_then(|()| io.get_mut().flush())
             .map_err(Error::from)
             .and_then(|()| match reply_size(req) {
-                Some(n) if cmd.has_reply() => read_reply(&mut io.reader, n),
+                Some(n) if cmd.has_reply() => read_reply(io, n),
                 _ => Ok(Vec::new()),
             });
         match res {
@@ -320,7 +341,11 @@ impl Conn {
         let frame = request_frame(cmd as u8, payload);
         Counters::add(&self.counters.requests, 1);
         Counters::add(&self.counters.sent, frame.len());
-        if let Err(e) = io.writer.write_all(&frame).and_then(|()| io.writer.flush()) {
+        if let Err(e) = io
+            .get_mut()
+            .write_all(&frame)
+            .and_then(|()| io.get_mut().flush())
+        {
             let why = format!("{cmd:?}: {e}");
             *st = State::Failed(why.clone());
             return Err(Error::device(

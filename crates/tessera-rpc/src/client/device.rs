@@ -90,7 +90,12 @@ pub fn connect_with(endpoint: &str, opts: ClientOptions) -> Result<Vec<Arc<dyn D
 /// no family, found by name, e.g. `RPC0[127.0.0.1:50052]`). Devices whose
 /// name is already registered are skipped; all are returned.
 pub fn register(endpoint: &str) -> Result<Vec<Arc<dyn Device>>> {
-    let devs = connect(endpoint)?;
+    register_with(endpoint, ClientOptions::default())
+}
+
+/// [`register`] with settings (TLS, a pre-shared key, timeouts).
+pub fn register_with(endpoint: &str, opts: ClientOptions) -> Result<Vec<Arc<dyn Device>>> {
+    let devs = connect_with(endpoint, opts)?;
     for d in &devs {
         tessera::Registry::global().register_device(d.clone());
     }

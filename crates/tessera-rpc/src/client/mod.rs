@@ -7,4 +7,4 @@ pub mod device;
 pub mod graph;
 
 pub use conn::{ClientOptions, ConnStats};
-pub use device::{RpcDevice, RpcStream, connect, connect_with, register};
+pub use device::{RpcDevice, RpcStream, connect, connect_with, register, register_with};

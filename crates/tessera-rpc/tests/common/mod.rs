@@ -45,6 +45,7 @@ pub fn client_options() -> ClientOptions {
     ClientOptions {
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(20),
+        ..ClientOptions::default()
     }
 }
 
