@@ -13,7 +13,7 @@
 
 use tessera::{
     DType, Error, GluOp, Graph, Layout, MAX_DIMS, MAX_SRC, Op, Result, RopeMode, RopeParams,
-    TensorId, UnaryOp,
+    SortOrder, TensorId, UnaryOp,
 };
 
 use crate::proto::{OP_PARAMS, WIRE_MAX_SRC};
@@ -51,6 +51,8 @@ pub mod id {
     pub const SOFT_MAX: u32 = 46;
     pub const ROPE: u32 = 48;
     pub const CLAMP: u32 = 50;
+    pub const ARGSORT: u32 = 69;
+    pub const TOP_K: u32 = 70;
     pub const FLASH_ATTN_EXT: u32 = 74;
     pub const UNARY: u32 = 91;
     pub const MAP_CUSTOM1: u32 = 92;
@@ -226,6 +228,14 @@ pub fn encode(graph: &Graph, nid: TensorId) -> Result<(u32, Params, WireSrcs)> {
         }
         Op::Argmax => id::ARGMAX,
         Op::SumRows => id::SUM_ROWS,
+        Op::Argsort { order } => {
+            p[0] = order.ggml_order();
+            id::ARGSORT
+        }
+        // TOP_K is not sent: ggml's leaves its k indices in no particular
+        // order, Tessera's sorts them (largest first); the scheduler runs
+        // it locally. (A ggml client's TOP_K is served: sorted is one of
+        // the orders it accepts.)
         Op::FlashAttnExt {
             scale,
             max_bias,
@@ -277,6 +287,20 @@ pub fn decode(g: &mut Graph, op: u32, p: &Params, s: &WireSrcs, want: &Layout) -
                 id::ARGMAX => g.argmax(a)?,
                 _ => g.transpose(a)?,
             }
+        }
+        id::ARGSORT => {
+            at_most(1)?;
+            let order = match p[0] {
+                0 => SortOrder::Asc,
+                1 => SortOrder::Desc,
+                o => return Err(refuse(op, format!("sort order {o}"))),
+            };
+            g.argsort(src(0)?, order)?
+        }
+        id::TOP_K => {
+            at_most(1)?;
+            let k = usize::try_from(ne4[0]).map_err(|_| refuse(op, "k"))?;
+            g.top_k(src(0)?, k)?
         }
         id::ADD | id::SUB | id::MUL | id::DIV | id::MUL_MAT | id::GET_ROWS | id::CPY => {
             at_most(2)?;
@@ -468,6 +492,38 @@ mod tests {
         round_trip(|g, a, _| g.silu(a).unwrap());
         round_trip(|g, a, _| g.glu(a, GluOp::SwiGlu, true).unwrap());
         round_trip(|g, a, b| g.mul_mat(a, b).unwrap());
+        round_trip(|g, a, _| g.argsort(a, SortOrder::Asc).unwrap());
+        round_trip(|g, a, _| g.argsort(a, SortOrder::Desc).unwrap());
+    }
+
+    #[test]
+    fn sorts_travel_as_ggml_has_them() {
+        let mut g = Graph::new();
+        let a = g.new_tensor(DType::F32, &[8, 4]).unwrap();
+        let t = g.top_k(a, 3).unwrap();
+        // TOP_K is not sent (ggml's is unordered, Tessera's sorted) ...
+        assert!(encode(&g, t).is_err());
+        // ... but a ggml client's is served: k from the wire layout.
+        let mut s: WireSrcs = [None; WIRE_MAX_SRC];
+        s[0] = Some(a);
+        let p: Params = [0; OP_PARAMS];
+        let want = g.layout(t).unwrap();
+        let got = decode(&mut g, id::TOP_K, &p, &s, &want).unwrap();
+        assert_eq!(g.node(got).unwrap().op, Op::TopK);
+        assert_eq!(g.layout(got).unwrap(), want);
+        // k of 0 or past the row: refused by the constructor.
+        for k in [0, 9] {
+            let mut bad = want;
+            bad.ne[0] = k;
+            assert!(decode(&mut g, id::TOP_K, &p, &s, &bad).is_err(), "k = {k}");
+        }
+        // ARGSORT with an order ggml does not have.
+        let sorted = g.argsort(a, SortOrder::Desc).unwrap();
+        let want = g.layout(sorted).unwrap();
+        let (op, mut p, s) = encode(&g, sorted).unwrap();
+        assert_eq!((op, p[0]), (id::ARGSORT, 1));
+        p[0] = 2;
+        assert!(decode(&mut g, op, &p, &s, &want).is_err());
     }
 
     #[test]

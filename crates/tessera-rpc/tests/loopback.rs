@@ -253,3 +253,16 @@ fn large_weights_are_offered_by_hash_then_sent() {
     b.read(64, &mut back).unwrap();
     assert!(back == data);
 }
+
+#[test]
+fn argsort_both_ways_matches_the_local_cpu() {
+    let h = server();
+    let dev = remote(&h);
+    let mut g = Graph::new();
+    let x = g.new_tensor(DType::F32, &[37, 5]).unwrap();
+    let up = g.argsort(x, tessera::SortOrder::Asc).unwrap();
+    let down = g.argsort(x, tessera::SortOrder::Desc).unwrap();
+    let inputs = [(x, Val::F(ramp(37 * 5, 0.7)))];
+    same_as_local(&dev, &g, &inputs, &[up, down]);
+    assert!(dev.supports_op(&g, up));
+}
