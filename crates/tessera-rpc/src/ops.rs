@@ -299,7 +299,7 @@ pub fn decode(g: &mut Graph, op: u32, p: &Params, s: &WireSrcs, want: &Layout) -
         }
         id::TOP_K => {
             at_most(1)?;
-            let k = usize::try_from(ne4[0]).map_err(|_| refuse(op, "k"))?;
+            let k = ne4[0];
             g.top_k(src(0)?, k)?
         }
         id::ADD | id::SUB | id::MUL | id::DIV | id::MUL_MAT | id::GET_ROWS | id::CPY => {
