@@ -25,10 +25,14 @@ pub struct GgmlCase {
     pub us_per_run: f64,
 }
 
-/// Run `binary perf -b CPU -o op` with `threads` threads and parse every case.
-pub fn measure(binary: &Path, op: &str, threads: usize) -> Result<Vec<GgmlCase>> {
+/// Run `binary perf -b CPU -o op` with `threads` threads, only the cases
+/// matching one of Tessera's `keys` (`-p`, a params regex: a stock binary
+/// runs the few cases it shares with Tessera instead of its whole perf
+/// list), and parse them.
+pub fn measure(binary: &Path, op: &str, threads: usize, keys: &[&str]) -> Result<Vec<GgmlCase>> {
+    let filter = params_regex(keys);
     let out = Command::new(binary)
-        .args(["perf", "-b", "CPU", "-o", op])
+        .args(["perf", "-b", "CPU", "-o", op, "-p", &filter])
         .env("GGML_N_THREADS", threads.to_string())
         .env("TESSERA_CASES", "1")
         .output()
@@ -47,6 +51,37 @@ pub fn measure(binary: &Path, op: &str, threads: usize) -> Result<Vec<GgmlCase>>
         .lines()
         .filter_map(parse_line)
         .collect())
+}
+
+/// An ECMAScript regex (test-backend-ops' `-p`, `std::regex`) matching the
+/// params of a case exactly when every `k=v` pair of one of `keys` is among
+/// them: per key, one lookahead per pair, anchored at a pair boundary.
+pub fn params_regex(keys: &[&str]) -> String {
+    let escape = |s: &str| {
+        let mut o = String::with_capacity(s.len() * 2);
+        for c in s.chars() {
+            if "\\^$.|?*+()[]{}".contains(c) {
+                o.push('\\');
+            }
+            o.push(c);
+        }
+        o
+    };
+    let alts: Vec<String> = keys
+        .iter()
+        .map(|key| {
+            let pairs = key.split_once('|').map_or("", |(_, p)| p);
+            let mut r = String::from("^");
+            for (k, v) in split_params(pairs) {
+                r.push_str(&format!(
+                    "(?=(?:.*,)?{}(?:,|$))",
+                    escape(&format!("{k}={v}"))
+                ));
+            }
+            r
+        })
+        .collect();
+    format!("(?:{})", alts.join("|"))
 }
 
 /// `  OP(k=v,...):   N runs -   X us/run - ...` → the case.
@@ -127,5 +162,15 @@ mod tests {
         let b = parse_line("  ADD(type=f32,ne=[4096,1,1,1],nr=[1,512,1,1],nf=1):  1710 runs -   595.04 us/run -  24576 kB/run -   39.39 GB/s").unwrap();
         assert_eq!(b.us_per_run, 595.04);
         assert_eq!(op_of("ADD|type=f32"), "ADD");
+    }
+
+    #[test]
+    fn the_params_filter_names_every_pair_escaped() {
+        let r = params_regex(&["MUL_MAT|type_a=q4_0,n=1,bs=[1,1]", "ADD|ne=[4096,1,1,1]"]);
+        assert_eq!(
+            r,
+            "(?:^(?=(?:.*,)?bs=\\[1,1\\](?:,|$))(?=(?:.*,)?n=1(?:,|$))(?=(?:.*,)?type_a=q4_0(?:,|$))\
+             |^(?=(?:.*,)?ne=\\[4096,1,1,1\\](?:,|$)))"
+        );
     }
 }

@@ -149,13 +149,33 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
             .collect();
         i += group.len();
         let live = match &args.ggml {
-            Some(bin) => match ggml_live::measure(bin, &op, threads) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    println!("  ggml {op}: {e}");
-                    None
+            Some(bin) => {
+                let keys: Vec<&str> = group.iter().map(|c| c.ggml.as_str()).collect();
+                match ggml_live::measure(bin, &op, threads, &keys) {
+                    Ok(v) => {
+                        let missing: Vec<&str> = group
+                            .iter()
+                            .filter(|c| ggml_live::find(&v, &c.ggml).is_none())
+                            .map(|c| c.name.as_str())
+                            .collect();
+                        if !missing.is_empty() {
+                            println!(
+                                "  ggml {op}: {} of {} cases are in {} (no ratio for {}; \
+                                 scripts/ggml-bench/build.sh builds one with all of them)",
+                                group.len() - missing.len(),
+                                group.len(),
+                                bin.display(),
+                                missing.join(", ")
+                            );
+                        }
+                        Some(v)
+                    }
+                    Err(e) => {
+                        println!("  ggml {op}: {e}");
+                        None
+                    }
                 }
-            },
+            }
             None => None,
         };
         for case in group {
