@@ -20,6 +20,11 @@ cmake -S "$SRC" -B "$WORK/build" -DGGML_RPC=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log"
 nice -n 19 cmake --build "$WORK/build" --target ggml-rpc-server -j "${JOBS:-2}"
+# LLAMA_COMPLETION=1: also llama.cpp's llama-completion (about 15 min on 2
+# cores), for run.sh's model-level check against Tessera's server.
+if [ "${LLAMA_COMPLETION:-0}" = 1 ]; then
+  nice -n 19 cmake --build "$WORK/build" --target llama-completion -j "${JOBS:-2}"
+fi
 # The client: a graph on an RPC backend compared with the local CPU backend.
 LIB="$WORK/build/bin"
 nice -n 19 g++ -std=c++17 -O2 "$HERE/ggml_rpc_client.cpp" -o "$WORK/ggml-rpc-client" \

@@ -27,7 +27,7 @@ pub(crate) fn rebuild(
     let opt = |i: usize| srcs.get(i).copied().flatten();
     let id = match node.op {
         Op::Dup => g.dup(s(0)?)?,
-        Op::Cont => g.cont(s(0)?)?,
+        Op::Cont => g.cont_4d(s(0)?, ne)?,
         Op::Cpy => g.cpy(s(0)?, s(1)?)?,
         Op::GetRows => g.get_rows(s(0)?, s(1)?)?,
         Op::SetRows => g.set_rows(s(0)?, s(1)?, s(2)?)?,

@@ -50,14 +50,25 @@ pub(crate) fn lower_op(lw: &mut Lower<'_>, id: TensorId) -> Result<Held> {
         | Op::SwiGluOai { .. }
         | Op::Glu { .. } => {
             let fused_glu = matches!(node.op, Op::Glu { .. }) && node.src(1).is_none();
-            let target = srcs.iter().flatten().find_map(|s| match &s.state {
-                SplitState::Split(sp)
-                    if s.layout.ne[sp.axis] == out.ne[sp.axis] && !(fused_glu && sp.axis == 0) =>
-                {
-                    Some(sp.clone())
-                }
-                _ => None,
-            });
+            // A CONT that reshapes (`cont_4d`) moves elements across rows:
+            // computed whole.
+            let reshapes = srcs
+                .first()
+                .and_then(Option::as_ref)
+                .is_some_and(|s| matches!(node.op, Op::Cont) && s.layout.ne != out.ne);
+            let target = srcs
+                .iter()
+                .flatten()
+                .filter(|_| !reshapes)
+                .find_map(|s| match &s.state {
+                    SplitState::Split(sp)
+                        if s.layout.ne[sp.axis] == out.ne[sp.axis]
+                            && !(fused_glu && sp.axis == 0) =>
+                    {
+                        Some(sp.clone())
+                    }
+                    _ => None,
+                });
             match target {
                 Some(sp) => {
                     let mut conv = Vec::with_capacity(srcs.len());

@@ -280,7 +280,8 @@ pub fn decode(g: &mut Graph, op: u32, p: &Params, s: &WireSrcs, want: &Layout) -
             let a = src(0)?;
             match op {
                 id::DUP => g.dup(a)?,
-                id::CONT => g.cont(a)?,
+                // ggml's CONT may reshape too (`ggml_cont_4d`).
+                id::CONT => g.cont_4d(a, ne4)?,
                 id::SQR => g.sqr(a)?,
                 id::SQRT => g.sqrt(a)?,
                 id::SUM_ROWS => g.sum_rows(a)?,

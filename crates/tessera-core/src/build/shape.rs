@@ -27,6 +27,31 @@ impl Graph {
         self.copy_op(Op::Cont, a)
     }
 
+    /// A contiguous copy of `a` with extents `ne` (ggml's `ggml_cont_4d`:
+    /// CONT and RESHAPE in one op; elements in logical row-major order, so
+    /// the element counts must agree; a quantized tensor keeps its rows).
+    pub fn cont_4d(&mut self, a: TensorId, ne: [usize; MAX_DIMS]) -> Result<TensorId> {
+        let op = Op::Cont;
+        let la = self.layout(a)?;
+        let out = Layout::contiguous4(la.dtype, ne)?;
+        ensure(
+            out.checked_nelements()? == la.checked_nelements()?,
+            op.name(),
+            || {
+                format!(
+                    "{} into extents {ne:?}: the element counts differ",
+                    shape(self, a)
+                )
+            },
+        )?;
+        ensure(
+            !la.dtype.is_quantized() || la.is_contiguous_rows() && ne[0] == la.ne[0],
+            op.name(),
+            || format!("quantized {} must keep its contiguous rows", shape(self, a)),
+        )?;
+        self.push_op(op, out, &[Some(a)])
+    }
+
     fn copy_op(&mut self, op: Op, a: TensorId) -> Result<TensorId> {
         let la = self.layout(a)?;
         ensure(

@@ -63,6 +63,32 @@ fn dup_cont_cases(v: &mut Vec<Case>) {
         push("CONT", t, [qrow(t), 3, 2, 1], SWAP12);
     }
     push("CONT", DType::I32, [5, 7, 1, 1], TRANSPOSE);
+    // CONT that reshapes (ggml_cont_4d), e.g. merging heads after a permute.
+    let mut reshape = |t: DType, ne: [usize; 4], axes: Option<[usize; 4]>, to: [usize; 4]| {
+        let name = format!(
+            "CONT(type={t},ne={}{},to={})",
+            fmt_ne(&ne),
+            fmt_perm("permute", axes),
+            fmt_ne(&to)
+        );
+        v.push(Case::new("CONT", name, move || {
+            let mut g = CaseGraph::new();
+            let a = permuted_leaf(&mut g, "a", t, ne, axes, None)?;
+            let out = g.cont_4d(a, to)?;
+            g.check(out)?;
+            Ok(g.finish())
+        }));
+    };
+    for t in [DType::F32, DType::F16] {
+        reshape(t, [8, 4, 6, 1], SWAP12, [32, 6, 1, 1]);
+        reshape(t, [6, 5, 2, 1], TRANSPOSE, [2, 30, 1, 1]);
+    }
+    reshape(
+        DType::Q8_0,
+        [qrow(DType::Q8_0), 3, 2, 1],
+        None,
+        [qrow(DType::Q8_0), 6, 1, 1],
+    );
 }
 
 fn push_cpy(

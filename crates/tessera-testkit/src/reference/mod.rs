@@ -66,7 +66,12 @@ pub fn evaluate_node(graph: &Graph, mem: &mut RefMemory, id: TensorId) -> Result
         Op::None | Op::Transfer | Op::Reshape | Op::View | Op::Permute(_) | Op::Transpose => {
             return Ok(());
         }
-        Op::Dup | Op::Cont => load(mem, 0)?,
+        Op::Dup | Op::Cont => {
+            // CONT may also reshape (`cont_4d`): same values, row-major.
+            let mut d = load(mem, 0)?;
+            d.ne = node.layout.ne;
+            d
+        }
         // Same-type quantized copies move the blocks (ggml copies bytes;
         // re-quantizing dequantized values is not the identity for every type).
         Op::Cpy
