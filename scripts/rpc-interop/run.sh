@@ -60,12 +60,15 @@ if [ -x "$LC" ]; then
   REL="${CARGO_TARGET_DIR:-$ROOT/target}/release"
   VOCAB=$(ls "${XDG_CACHE_HOME:-$HOME/.cache}"/tessera/llama-cpp-python-0.3.36/models/ggml-vocab-llama-bpe.gguf)
   "$REL/examples/synth" llama q8_0 "$VOCAB" "$WORK/synth-llama-q8_0.gguf" small
-  "$REL/tessera" rpc-server -p "$P4" -t 2 >"$WORK/tessera-server.log" 2>&1 &
-  pids+=($!)
-  sleep 1
   models=("$WORK/synth-llama-q8_0.gguf")
   GEMMA="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/models/gemma-3-270m-q4_k_m.gguf"
-  [ -f "$GEMMA" ] && models+=("$GEMMA")
+  cache=()
+  if [ -f "$GEMMA" ]; then models+=("$GEMMA"); cache=(--cache-gguf "$GEMMA"); fi
+  # The server's tensor cache holds Gemma's tensors: its 170 MiB embedding
+  # table must not cross the wire.
+  "$REL/tessera" rpc-server -p "$P4" -t 2 -v "${cache[@]}" >"$WORK/tessera-server.log" 2>&1 &
+  pids+=($!)
+  sleep 2
   for m in "${models[@]}"; do
     for fa in off on; do
       args=(-m "$m" -p "The capital of France is" -n 24 --temp 0 -no-cnv -c 256 -t 2 --simple-io --no-warmup -fa "$fa")
@@ -87,5 +90,10 @@ if [ -x "$LC" ]; then
       fi
     done
   done
+  if [ -f "$GEMMA" ]; then
+    grep -q "bytes written from the tensor cache" "$WORK/tessera-server.log" ||
+      { echo "no SET_TENSOR_HASH hit on Tessera's server"; exit 1; }
+    echo "== tensor cache: $(grep -c "from the tensor cache" "$WORK/tessera-server.log") weights written by hash"
+  fi
 fi
 echo "interop: both directions OK"

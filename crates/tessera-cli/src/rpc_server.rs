@@ -42,6 +42,43 @@ pub struct RpcServerArgs {
     /// (at least 16 bytes; Tessera's extension: `tessera run --rpc-psk-file`).
     #[arg(long)]
     pub psk_file: Option<PathBuf>,
+    /// Serve the tensors of this GGUF file from the tensor cache: a client
+    /// loading the same weights sends their hash instead of their bytes
+    /// (repeatable; clients cannot add to the cache).
+    #[arg(long)]
+    pub cache_gguf: Vec<PathBuf>,
+}
+
+/// A mapped GGUF file as the bytes of cache entries.
+struct CachedFile(tessera_gguf::GgufFile);
+
+impl AsRef<[u8]> for CachedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+/// The tensor cache of `files` (every tensor over the hash threshold).
+fn tensor_cache(files: &[PathBuf]) -> Result<Option<Arc<tessera_rpc::TensorCache>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut cache = tessera_rpc::TensorCache::new();
+    for path in files {
+        let file = crate::llm::open(path)?;
+        let base = file.data_offset();
+        let mut ranges = Vec::new();
+        for t in file.tensors() {
+            let offset = usize::try_from(t.offset)
+                .ok()
+                .and_then(|o| o.checked_add(base))
+                .ok_or_else(|| tessera::Error::Overflow(format!("offset of {}", t.name)))?;
+            ranges.push((offset, t.nbytes.unwrap_or(0)));
+        }
+        let n = cache.add(Arc::new(CachedFile(file)), &ranges)?;
+        println!("  cache: {n} tensors of {}", path.display());
+    }
+    Ok(Some(Arc::new(cache)))
 }
 
 impl RpcServerArgs {
@@ -92,6 +129,7 @@ pub fn run(args: &RpcServerArgs) -> Result<ExitCode> {
         verbose: args.verbose,
         tls,
         psk,
+        cache: tensor_cache(&args.cache_gguf)?,
         ..tessera_rpc::ServerConfig::default()
     };
     let server =

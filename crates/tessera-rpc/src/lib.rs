@@ -63,6 +63,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod client;
 pub mod codec;
 pub mod msg;
@@ -74,6 +75,7 @@ pub mod server;
 pub mod session;
 pub mod wire_tensor;
 
+pub use cache::TensorCache;
 pub use client::{
     ClientOptions, ConnStats, RpcDevice, connect, connect_with, register, register_with,
 };

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tessera::{Device, Error, Result};
 
+use crate::cache::TensorCache;
 use crate::codec::{read_request, write_reply};
 use crate::msg::Request;
 use crate::proto::Cmd;
@@ -56,6 +57,9 @@ pub struct ServerConfig {
     pub psk: Option<Psk>,
     /// Time allowed for the TLS handshake and the key's proof.
     pub handshake_timeout: Duration,
+    /// Tensor bytes SET_TENSOR_HASH may find (seeded by the operator,
+    /// read-only to clients; `None`: every hash is "not found").
+    pub cache: Option<Arc<TensorCache>>,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +77,7 @@ impl Default for ServerConfig {
             tls: None,
             psk: None,
             handshake_timeout: Duration::from_secs(10),
+            cache: None,
         }
     }
 }

@@ -173,10 +173,30 @@ impl Session {
                 r.buffer.write(at, &data)?;
                 Ok(None)
             }
-            Request::SetTensorHash { tensor, .. } => {
-                // No tensor cache: validate, then "not found".
-                self.resolve(&tensor)?;
-                Ok(Some(vec![0]))
+            Request::SetTensorHash {
+                tensor,
+                offset,
+                hash,
+            } => {
+                // The operator's cache (`crate::cache`); a miss, or bytes
+                // that do not fit the tensor, is "not found": the client
+                // sends them.
+                let r = self.resolve(&tensor)?;
+                let cached = self.config.cache.as_ref().and_then(|c| c.get(hash));
+                let Some(bytes) = cached else {
+                    return Ok(Some(vec![0]));
+                };
+                let Ok(at) = r.sub_range(offset, bytes.len() as u64) else {
+                    return Ok(Some(vec![0]));
+                };
+                r.buffer.write(at, bytes)?;
+                if self.config.verbose {
+                    eprintln!(
+                        "rpc-server: {} bytes written from the tensor cache (hash {hash:016x})",
+                        bytes.len()
+                    );
+                }
+                Ok(Some(vec![1]))
             }
             Request::GetTensor {
                 tensor,
