@@ -55,26 +55,25 @@ impl TensorCache {
     /// added. A range outside `source` is an error.
     pub fn add(&mut self, source: Source, ranges: &[(usize, usize)]) -> Result<usize> {
         let bytes = (*source).as_ref();
+        // Every range checked before any is indexed.
+        for &(offset, len) in ranges {
+            if offset.checked_add(len).is_none_or(|e| e > bytes.len()) {
+                return Err(Error::OutOfBounds(format!(
+                    "cache range {offset}+{len} outside its source of {} bytes",
+                    bytes.len()
+                )));
+            }
+        }
         let mut added = 0;
         for &(offset, len) in ranges {
-            let end = offset
-                .checked_add(len)
-                .filter(|&e| e <= bytes.len())
-                .ok_or_else(|| {
-                    Error::OutOfBounds(format!(
-                        "cache range {offset}+{len} outside its source of {} bytes",
-                        bytes.len()
-                    ))
-                })?;
             if len <= HASH_THRESHOLD {
                 continue;
             }
-            let hash = fnv1a64(&bytes[offset..end]);
-            if self
-                .index
-                .insert(hash, (self.sources.len(), offset, len))
-                .is_none()
-            {
+            let hash = fnv1a64(&bytes[offset..offset + len]);
+            // The first bytes seen under a hash stay (a second file with
+            // the same tensor adds nothing).
+            if let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(hash) {
+                e.insert((self.sources.len(), offset, len));
                 self.bytes += len;
                 added += 1;
             }
@@ -124,6 +123,9 @@ mod tests {
         assert_eq!(c.bytes(), 2 * n);
         assert_eq!(c.get(fnv1a64(&data[n..2 * n])), Some(&data[n..2 * n]));
         assert_eq!(c.get(fnv1a64(&data[2 * n..])), None);
-        assert!(c.add(src, &[(2 * n, n)]).is_err());
+        assert!(c.add(src.clone(), &[(2 * n, n)]).is_err());
+        // The same tensor again (another file): nothing added, still found.
+        assert_eq!(c.add(src, &[(n, n)]).unwrap(), 0);
+        assert_eq!(c.get(fnv1a64(&data[n..2 * n])), Some(&data[n..2 * n]));
     }
 }
