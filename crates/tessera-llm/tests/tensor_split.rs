@@ -93,6 +93,7 @@ fn every_architecture_gives_the_single_device_tokens() {
     .unwrap();
     let models = common::llama_models_dir();
     let prompt: Vec<u32> = vec![1, 15043, 3186, 29892, 445, 338, 263, 1243];
+    let mut dense_bytes = std::collections::HashMap::new();
     for (arch, vocab) in [
         (Arch::Llama, "llama-spm"),
         (Arch::Qwen2, "qwen2"),
@@ -109,7 +110,7 @@ fn every_architecture_gives_the_single_device_tokens() {
             let spec = SyntheticSpec::small(arch, wtype);
             let bytes = write(&spec, &vocab).unwrap().to_bytes().unwrap();
             let (want, want_logits, _) = run(&bytes, None, kv, &prompt, 12);
-            for meta in [&two, &three, &three_rs] {
+            for (mi, meta) in [&two, &three, &three_rs].into_iter().enumerate() {
                 let (got, logits, stats) = run(&bytes, Some(meta), kv, &prompt, 12);
                 println!("{arch:?} {wtype} kv {kv} on {}: {stats:?}", meta.name());
                 let label = format!("{arch:?} {wtype} kv {kv} on {}", meta.name());
@@ -127,6 +128,21 @@ fn every_architecture_gives_the_single_device_tokens() {
                 // the other steps reuse the plan.
                 assert_eq!(stats.lowerings, 2, "{label}: {stats:?}");
                 assert_eq!(stats.gathers, 0, "{label}: {stats:?}");
+                // The MoE layer's all-reduce waits for the weighted sum of
+                // the experts: one [n_embd] vector per token, as a dense
+                // FFN's (reducing each expert's output would move n_used
+                // times as much). Even shares: every device contributes to
+                // both (with uneven ones a device may hold no FFN rows).
+                let key = (mi, wtype, kv);
+                if arch == Arch::Llama {
+                    dense_bytes.insert(key, stats.reduce_bytes);
+                } else if arch == Arch::Qwen3Moe && mi != 1 {
+                    assert_eq!(
+                        Some(&stats.reduce_bytes),
+                        dense_bytes.get(&key),
+                        "{label}: bytes all-reduced against the dense llama's"
+                    );
+                }
             }
         }
     }

@@ -94,6 +94,13 @@ pub(crate) struct Lower<'a> {
     written: Vec<bool>,
     inputs: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
     arena: Arena,
+    /// Partial sums not yet all-reduced, with the mirror memory their
+    /// (reduced) value goes to once they are: the reduction waits for the
+    /// first consumer that needs the sum (see [`Lower::get`]).
+    pending: Vec<Option<(Arc<dyn Buffer>, usize)>>,
+    /// The results (mirror memory, layout, state) the host or later
+    /// graphs may read.
+    records: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
 }
 
 impl<'a> Lower<'a> {
@@ -122,13 +129,14 @@ impl<'a> Lower<'a> {
             written: written_roots(graph),
             inputs: Vec::new(),
             arena: Arena::new(n),
+            pending: vec![None; graph.len()],
+            records: Vec::new(),
         }
     }
 
     /// Lower every op node of the range.
     pub fn run(mut self) -> Result<Lowered> {
         let end = self.range.end.min(self.graph.len());
-        let mut records = Vec::new();
         let ids: Vec<TensorId> = self
             .graph
             .ids()
@@ -144,39 +152,26 @@ impl<'a> Lower<'a> {
             let held =
                 crate::rules::lower_op(&mut self, id).map_err(|e| name_node(self.graph, id, e))?;
             if let Some((buf, offset)) = self.mirror_place(id)? {
-                let parts = meta_buffer(&buf)
-                    .and_then(|m| m.mirror_parts())
-                    .map(<[_]>::to_vec)
-                    .unwrap_or_default();
-                if !node.is_view() {
-                    for j in 0..self.n {
-                        if let (Some(pid), Some(part)) = (held.ids[j], parts.get(j)) {
-                            self.pre[j].push((
-                                pid,
-                                Place {
-                                    buffer: part.clone(),
-                                    offset,
-                                },
-                            ));
-                        }
-                    }
-                }
-                if !matches!(held.state, SplitState::Split(_)) || node.layout.is_contiguous() {
-                    records.push((buf, offset, node.layout, held.state.clone()));
+                if held.state == SplitState::Partial {
+                    // Placed once reduced (a partial sum is not the value).
+                    self.pending[i] = Some((buf, offset));
                 } else {
-                    return Err(name_node(
-                        self.graph,
-                        id,
-                        Error::unsupported(
-                            "Meta",
-                            "a split result written through a strided view of mirror memory",
-                        ),
-                    ));
+                    self.place_result(id, &held, buf, offset)?;
                 }
             }
             self.map[i] = Some(held);
         }
+        // Partial sums that the host or a later graph may read are reduced
+        // now (the others were consumed as partial sums, or not at all).
+        let later = read_after(self.graph, end);
+        for i in 0..self.pending.len() {
+            let output = self.graph.nodes()[i].flags.contains(tessera::Flags::OUTPUT);
+            if self.pending[i].is_some() && (output || later[i]) {
+                self.get(TensorId::from_index(i as u32))?;
+            }
+        }
         self.flush();
+        let records = std::mem::take(&mut self.records);
         let align: Vec<usize> = self
             .devices
             .iter()
@@ -259,6 +254,68 @@ impl<'a> Lower<'a> {
     /// The tensor `id` as the devices hold it (lowering views and reading
     /// inputs from meta memory on first use).
     pub fn get(&mut self, id: TensorId) -> Result<Held> {
+        let h = self.get_partial(id)?;
+        if h.state != SplitState::Partial {
+            return Ok(h);
+        }
+        // The first consumer that needs the sum: all-reduce it now (the
+        // nodes lowered since the product ran before this cut), keep the
+        // sum for the other consumers, and give it the node's memory.
+        let sum = self.reduce(&h)?;
+        if let Some((buf, offset)) = self.pending[id.index()].take() {
+            self.place_result(id, &sum, buf, offset)?;
+        }
+        self.map[id.index()] = Some(sum.clone());
+        Ok(sum)
+    }
+
+    /// Each device's piece of `id`'s result in its mirror memory, and the
+    /// record of how the result is held there.
+    fn place_result(
+        &mut self,
+        id: TensorId,
+        held: &Held,
+        buf: Arc<dyn Buffer>,
+        offset: usize,
+    ) -> Result<()> {
+        let node = self.graph.node(id)?.clone();
+        let parts = meta_buffer(&buf)
+            .and_then(|m| m.mirror_parts())
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
+        if !node.is_view() {
+            for j in 0..self.n {
+                if let (Some(pid), Some(part)) = (held.ids[j], parts.get(j)) {
+                    self.pre[j].push((
+                        pid,
+                        Place {
+                            buffer: part.clone(),
+                            offset,
+                        },
+                    ));
+                }
+            }
+        }
+        if !matches!(held.state, SplitState::Split(_)) || node.layout.is_contiguous() {
+            self.records
+                .push((buf, offset, node.layout, held.state.clone()));
+            Ok(())
+        } else {
+            Err(name_node(
+                self.graph,
+                id,
+                Error::unsupported(
+                    "Meta",
+                    "a split result written through a strided view of mirror memory",
+                ),
+            ))
+        }
+    }
+
+    /// The tensor `id` as the devices hold it, a partial sum left as one
+    /// (for the ops that carry partial sums: sums, products by a mirrored
+    /// factor, scalings, views).
+    pub fn get_partial(&mut self, id: TensorId) -> Result<Held> {
         if let Some(h) = &self.map[id.index()] {
             return Ok(h.clone());
         }
@@ -267,7 +324,7 @@ impl<'a> Lower<'a> {
             let src = node
                 .src(0)
                 .ok_or_else(|| Error::op(node.op.name(), "a view without a source"))?;
-            let s = self.get(src)?;
+            let s = self.get_partial(src)?;
             self.lower_view(id, &s)?
         } else {
             let in_range = self.range.contains(&id.index());
@@ -535,17 +592,29 @@ impl<'a> Lower<'a> {
             }
             ids[j] = Some(out);
         }
-        let h = Held {
+        Ok(Held {
             state,
             layout: node.layout,
             ids,
-        };
-        if h.state == SplitState::Partial {
-            self.reduce(&h)
-        } else {
-            Ok(h)
+        })
+    }
+}
+
+/// Per tensor: whether a node from `end` on reads it (as a source or as
+/// the memory of a view).
+fn read_after(graph: &Graph, end: usize) -> Vec<bool> {
+    let mut r = vec![false; graph.len()];
+    for node in graph.nodes().iter().skip(end) {
+        for s in node.src_ids().chain(node.view_src) {
+            let root = graph.memory_root(s).map_or(s, |(root, _)| root);
+            for t in [s, root] {
+                if let Some(slot) = r.get_mut(t.index()) {
+                    *slot = true;
+                }
+            }
         }
     }
+    r
 }
 
 /// Per tensor: whether a CPY or SET_ROWS of `graph` writes into its memory.

@@ -27,11 +27,22 @@ use crate::state::{Split, SplitState};
 /// Lower op node `id`.
 pub(crate) fn lower_op(lw: &mut Lower<'_>, id: TensorId) -> Result<Held> {
     let node = lw.graph.node(id)?.clone();
-    let mut srcs: Vec<Option<Held>> = Vec::with_capacity(node.srcs.len());
+    let mut raw: Vec<Option<Held>> = Vec::with_capacity(node.srcs.len());
     for s in node.srcs {
-        srcs.push(match s {
-            Some(s) => Some(lw.get(s)?),
+        raw.push(match s {
+            Some(s) => Some(lw.get_partial(s)?),
             None => None,
+        });
+    }
+    if let Some(h) = carry_partial(lw, id, &node.op, &raw)? {
+        return Ok(h);
+    }
+    // Every other op needs whole sums: partial operands are all-reduced.
+    let mut srcs: Vec<Option<Held>> = Vec::with_capacity(node.srcs.len());
+    for (s, h) in node.srcs.iter().zip(raw) {
+        srcs.push(match (s, h) {
+            (Some(s), Some(h)) if h.state == SplitState::Partial => Some(lw.get(*s)?),
+            (_, h) => h,
         });
     }
     let out = node.layout;
@@ -198,6 +209,46 @@ pub(crate) fn lower_op(lw: &mut Lower<'_>, id: TensorId) -> Result<Held> {
 }
 
 /// Every operand gathered; the op computed whole on every device.
+/// Ops that carry a partial sum on as one (each device applies them to its
+/// own term, and the terms still add up to the result): the sum of two
+/// partial sums held by the same devices, a product by a mirrored factor,
+/// a scaling without bias. Delaying the all-reduce past them reduces a
+/// mixture of experts' weighted sum once instead of every expert's output
+/// (upstream's "delayed all-reduce"), and lets the nodes that do not need
+/// the sum run before the cut. `None`: the op needs whole sums.
+fn carry_partial(
+    lw: &mut Lower<'_>,
+    id: TensorId,
+    op: &Op,
+    srcs: &[Option<Held>],
+) -> Result<Option<Held>> {
+    let partial = |h: &Option<Held>| h.as_ref().is_some_and(|h| h.state == SplitState::Partial);
+    let mirrored = |h: &Option<Held>| h.as_ref().is_some_and(|h| h.state == SplitState::Mirrored);
+    let out = lw.graph.node(id)?.layout;
+    let carried = match (op, srcs) {
+        (Op::Add, [Some(a), Some(b), ..]) if partial(&srcs[0]) && partial(&srcs[1]) => {
+            let same_devices = a
+                .ids
+                .iter()
+                .zip(&b.ids)
+                .all(|(x, y)| x.is_some() == y.is_some());
+            same_devices && a.layout.ne == out.ne && b.layout.ne == out.ne
+        }
+        (Op::Mul, [Some(a), Some(b), ..]) => {
+            // The partial operand must have the result's shape (the
+            // mirrored factor may broadcast).
+            (partial(&srcs[0]) && mirrored(&srcs[1]) && a.layout.ne == out.ne)
+                || (mirrored(&srcs[0]) && partial(&srcs[1]) && b.layout.ne == out.ne)
+        }
+        (Op::Scale { bias, .. }, [Some(_), ..]) => partial(&srcs[0]) && *bias == 0.0,
+        _ => false,
+    };
+    if !carried {
+        return Ok(None);
+    }
+    lw.emit(id, srcs, SplitState::Partial).map(Some)
+}
+
 fn whole(lw: &mut Lower<'_>, id: TensorId, srcs: &[Option<Held>]) -> Result<Held> {
     let node = lw.graph.node(id)?.clone();
     let mut conv = Vec::with_capacity(srcs.len());
