@@ -24,6 +24,7 @@ mod collective;
 mod convert;
 pub mod device;
 mod lower;
+mod partial;
 pub mod policy;
 mod rebuild;
 mod rules;

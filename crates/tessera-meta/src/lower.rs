@@ -85,10 +85,10 @@ pub(crate) struct Lower<'a> {
     pub split_inputs: Option<u64>,
     pub all_reduce: crate::AllReduce,
     pub gs: Vec<Graph>,
-    pre: Vec<Vec<(TensorId, Place)>>,
+    pub(crate) pre: Vec<Vec<(TensorId, Place)>>,
     pub(crate) steps: Vec<Step>,
     cut: Vec<usize>,
-    map: Vec<Option<Held>>,
+    pub(crate) map: Vec<Option<Held>>,
     /// Memory roots that CPY or SET_ROWS write into (never sliced into
     /// copies: the writes must reach them).
     written: Vec<bool>,
@@ -97,10 +97,10 @@ pub(crate) struct Lower<'a> {
     /// Partial sums not yet all-reduced, with the mirror memory their
     /// (reduced) value goes to once they are: the reduction waits for the
     /// first consumer that needs the sum (see [`Lower::get`]).
-    pending: Vec<Option<(Arc<dyn Buffer>, usize)>>,
+    pub(crate) pending: Vec<Option<(Arc<dyn Buffer>, usize)>>,
     /// The results (mirror memory, layout, state) the host or later
     /// graphs may read.
-    records: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
+    pub(crate) records: Vec<(Arc<dyn Buffer>, usize, Layout, SplitState)>,
 }
 
 impl<'a> Lower<'a> {
@@ -163,7 +163,7 @@ impl<'a> Lower<'a> {
         }
         // Partial sums that the host or a later graph may read are reduced
         // now (the others were consumed as partial sums, or not at all).
-        let later = read_after(self.graph, end);
+        let later = crate::partial::read_after(self.graph, end);
         for i in 0..self.pending.len() {
             let output = self.graph.nodes()[i].flags.contains(tessera::Flags::OUTPUT);
             if self.pending[i].is_some() && (output || later[i]) {
@@ -248,67 +248,6 @@ impl<'a> Lower<'a> {
         }
         for j in 0..self.n {
             self.cut[j] = self.gs[j].len();
-        }
-    }
-
-    /// The tensor `id` as the devices hold it (lowering views and reading
-    /// inputs from meta memory on first use).
-    pub fn get(&mut self, id: TensorId) -> Result<Held> {
-        let h = self.get_partial(id)?;
-        if h.state != SplitState::Partial {
-            return Ok(h);
-        }
-        // The first consumer that needs the sum: all-reduce it now (the
-        // nodes lowered since the product ran before this cut), keep the
-        // sum for the other consumers, and give it the node's memory.
-        let sum = self.reduce(&h)?;
-        if let Some((buf, offset)) = self.pending[id.index()].take() {
-            self.place_result(id, &sum, buf, offset)?;
-        }
-        self.map[id.index()] = Some(sum.clone());
-        Ok(sum)
-    }
-
-    /// Each device's piece of `id`'s result in its mirror memory, and the
-    /// record of how the result is held there.
-    fn place_result(
-        &mut self,
-        id: TensorId,
-        held: &Held,
-        buf: Arc<dyn Buffer>,
-        offset: usize,
-    ) -> Result<()> {
-        let node = self.graph.node(id)?.clone();
-        let parts = meta_buffer(&buf)
-            .and_then(|m| m.mirror_parts())
-            .map(<[_]>::to_vec)
-            .unwrap_or_default();
-        if !node.is_view() {
-            for j in 0..self.n {
-                if let (Some(pid), Some(part)) = (held.ids[j], parts.get(j)) {
-                    self.pre[j].push((
-                        pid,
-                        Place {
-                            buffer: part.clone(),
-                            offset,
-                        },
-                    ));
-                }
-            }
-        }
-        if !matches!(held.state, SplitState::Split(_)) || node.layout.is_contiguous() {
-            self.records
-                .push((buf, offset, node.layout, held.state.clone()));
-            Ok(())
-        } else {
-            Err(name_node(
-                self.graph,
-                id,
-                Error::unsupported(
-                    "Meta",
-                    "a split result written through a strided view of mirror memory",
-                ),
-            ))
         }
     }
 
@@ -600,23 +539,6 @@ impl<'a> Lower<'a> {
     }
 }
 
-/// Per tensor: whether a node from `end` on reads it (as a source or as
-/// the memory of a view).
-fn read_after(graph: &Graph, end: usize) -> Vec<bool> {
-    let mut r = vec![false; graph.len()];
-    for node in graph.nodes().iter().skip(end) {
-        for s in node.src_ids().chain(node.view_src) {
-            let root = graph.memory_root(s).map_or(s, |(root, _)| root);
-            for t in [s, root] {
-                if let Some(slot) = r.get_mut(t.index()) {
-                    *slot = true;
-                }
-            }
-        }
-    }
-    r
-}
-
 /// Per tensor: whether a CPY or SET_ROWS of `graph` writes into its memory.
 fn written_roots(graph: &Graph) -> Vec<bool> {
     let mut w = vec![false; graph.len()];
@@ -636,7 +558,7 @@ pub(crate) fn meta_buffer(buffer: &Arc<dyn Buffer>) -> Option<&MetaBuffer> {
     buffer.as_any().downcast_ref::<MetaBuffer>()
 }
 
-fn name_node(graph: &Graph, id: TensorId, e: Error) -> Error {
+pub(crate) fn name_node(graph: &Graph, id: TensorId, e: Error) -> Error {
     let node = &graph.nodes()[id.index()];
     match e {
         Error::Unsupported { device, what } => Error::Unsupported {
