@@ -9,26 +9,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::tiny::vocab;
+
 use std::sync::Arc;
 
 use tessera::{Device, Error, Registry, Stream, StreamOptions};
-use tessera_gguf::{GgufFile, GgufWriter, Value, ValueType};
+use tessera_gguf::GgufFile;
 use tessera_llm::fit_split::{fit_split, measure_split, split_usage};
 use tessera_llm::synthetic::{SyntheticSpec, write};
 use tessera_llm::{Arch, LayerMap, Model, Session, SessionOptions, SplitFit};
 use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
 use tessera_testkit::decorate::Refusing;
-
-fn vocab() -> GgufFile {
-    let mut w = GgufWriter::new();
-    w.add("tokenizer.ggml.model", "llama");
-    let toks: Vec<Value> = (0..300).map(|i| Value::String(format!("t{i}"))).collect();
-    w.add(
-        "tokenizer.ggml.tokens",
-        Value::Array(ValueType::String, toks),
-    );
-    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
-}
 
 fn model_bytes() -> Vec<u8> {
     model_with_layers(4)

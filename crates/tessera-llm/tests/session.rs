@@ -3,25 +3,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::tiny::vocab;
+
 use std::sync::Arc;
 
 use tessera::{BufferType, DType, Device, Error, Registry, StreamOptions};
-use tessera_gguf::{GgufFile, GgufWriter, Value, ValueType};
+use tessera_gguf::{GgufFile, GgufWriter};
 use tessera_llm::synthetic::{SyntheticSpec, write};
 use tessera_llm::{Arch, Model, Session, SessionOptions};
 
 /// A vocabulary file of 300 made-up tokens (enough for a model).
-fn vocab() -> GgufFile {
-    let mut w = GgufWriter::new();
-    w.add("tokenizer.ggml.model", "llama");
-    let toks: Vec<Value> = (0..300).map(|i| Value::String(format!("t{i}"))).collect();
-    w.add(
-        "tokenizer.ggml.tokens",
-        Value::Array(ValueType::String, toks),
-    );
-    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
-}
-
 fn session(arch: Arch, n_ctx: usize, n_batch: usize) -> Session {
     session_kv(arch, n_ctx, n_batch, DType::F16)
 }

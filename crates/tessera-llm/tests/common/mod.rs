@@ -20,6 +20,8 @@
 //! provide it.
 #![allow(dead_code, clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod tiny;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
