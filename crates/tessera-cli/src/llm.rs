@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera::{Device, Error, Registry, Result, Stream, StreamOptions};
 use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
-use tessera_llm::fit::{self, FitPlan};
+use tessera_llm::fit::{self, DevicePlan, FitPlan};
 use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions, SplitFit};
 use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
 
@@ -451,17 +451,26 @@ fn report_split_fit(plan: &SplitFit, session: &mut Session) -> Result<()> {
     eprint!("fit plan (measured before loading):\n{plan}");
     session.reserve()?;
     let got = tessera_llm::fit_split::split_usage(session)?;
-    let mut same = true;
-    for (d, g) in plan
+    let rows: Vec<(&DevicePlan, [usize; 3])> = plan
         .parts
         .iter()
         .chain(std::iter::once(&plan.input))
         .zip(got.parts.iter().chain(std::iter::once(&got.input)))
-    {
-        same &= (g.weights, g.kv, g.compute) == (d.weights, d.kv, d.compute);
+        .map(|(d, g)| (d, [g.weights, g.kv, g.compute]))
+        .collect();
+    print_allocated(&rows);
+    Ok(())
+}
+
+/// Per device what was allocated (weights, KV cache, compute), then
+/// whether it is what the plan said.
+fn print_allocated(rows: &[(&DevicePlan, [usize; 3])]) {
+    let mut same = true;
+    for (d, [w, kv, c]) in rows {
+        same &= (*w, *kv, *c) == (d.weights, d.kv, d.compute);
         eprintln!(
-            "allocated on {}: weights {} + KV cache {} + compute {} bytes",
-            g.device, g.weights, g.kv, g.compute
+            "allocated on {}: weights {w} + KV cache {kv} + compute {c} bytes",
+            d.device
         );
     }
     eprintln!(
@@ -472,14 +481,13 @@ fn report_split_fit(plan: &SplitFit, session: &mut Session) -> Result<()> {
             "allocated differs from the plan (please report)"
         }
     );
-    Ok(())
 }
 
 fn report_layer_fit(plan: &FitPlan, session: &mut Session) -> Result<()> {
     eprint!("fit plan (measured before loading):\n{plan}");
     let compute = session.reserve()?;
     let weights = session.model().weights().bytes_by_buffer_type();
-    let mut same = true;
+    let mut rows = Vec::new();
     for (d, (dev, c)) in plan
         .devices
         .iter()
@@ -491,21 +499,9 @@ fn report_layer_fit(plan: &FitPlan, session: &mut Session) -> Result<()> {
             .filter(|(n, _)| *n == name)
             .map(|(_, b)| b)
             .sum();
-        let kv = session.cache().bytes_in(&name);
-        same &= (w, kv, c) == (d.weights, d.kv, d.compute);
-        eprintln!(
-            "allocated on {}: weights {} + KV cache {} + compute {} bytes",
-            d.device, w, kv, c
-        );
+        rows.push((d, [w, session.cache().bytes_in(&name), c]));
     }
-    eprintln!(
-        "{}",
-        if same {
-            "allocated = planned, byte for byte"
-        } else {
-            "allocated differs from the plan (please report)"
-        }
-    );
+    print_allocated(&rows);
     Ok(())
 }
 

@@ -104,23 +104,9 @@ pub fn measure_split(
         .bytes_per_part(mbuft.name())
         .unwrap_or_else(|| vec![0; n]);
     let kv = cache.bytes_per_part(mbuft.name());
-    let parts = meta
-        .devices()
-        .iter()
-        .enumerate()
-        .map(|(j, d)| DevicePlan {
-            device: d.name().to_string(),
-            layers: p.n_layer,
-            output: true,
-            weights: w.get(j).copied().unwrap_or(0),
-            kv: kv.get(j).copied().unwrap_or(0),
-            compute: mirror + scratch.get(j).copied().unwrap_or(0),
-            budget: None,
-        })
-        .collect();
     Ok(SplitFit {
         ratios: ratios.to_vec(),
-        parts,
+        parts: part_plans(meta, p.n_layer, &w, &kv, mirror, &scratch),
         input: input_plan(input, &weights, sched.buffer_size(1)?),
     })
 }
@@ -150,25 +136,39 @@ pub fn split_usage(session: &Session) -> Result<SplitFit> {
     let kv = session.cache().bytes_per_part(buft.name());
     let mirror = sched.buffer_size(0)?;
     let scratch = meta_stream.scratch_bytes();
-    let parts = meta
-        .devices()
+    let n_layer = session.model().params().n_layer;
+    Ok(SplitFit {
+        ratios: meta.policy().ratios().to_vec(),
+        parts: part_plans(&meta, n_layer, &w, &kv, mirror, &scratch),
+        input: input_plan(input, session.model().weights(), sched.buffer_size(1)?),
+    })
+}
+
+/// What each device of `meta` holds: its weights and cache pieces, the
+/// meta device's compute buffers (`mirror`, whole on every device) and its
+/// own compute memory.
+fn part_plans(
+    meta: &MetaDevice,
+    n_layer: usize,
+    weights: &[usize],
+    kv: &[usize],
+    mirror: usize,
+    scratch: &[usize],
+) -> Vec<DevicePlan> {
+    let at = |v: &[usize], j: usize| v.get(j).copied().unwrap_or(0);
+    meta.devices()
         .iter()
         .enumerate()
         .map(|(j, d)| DevicePlan {
             device: d.name().to_string(),
-            layers: session.model().params().n_layer,
+            layers: n_layer,
             output: true,
-            weights: w.get(j).copied().unwrap_or(0),
-            kv: kv.get(j).copied().unwrap_or(0),
-            compute: mirror + scratch.get(j).copied().unwrap_or(0),
+            weights: at(weights, j),
+            kv: at(kv, j),
+            compute: mirror + at(scratch, j),
             budget: None,
         })
-        .collect();
-    Ok(SplitFit {
-        ratios: meta.policy().ratios().to_vec(),
-        parts,
-        input: input_plan(input, session.model().weights(), sched.buffer_size(1)?),
-    })
+        .collect()
 }
 
 fn input_plan(input: &Arc<dyn Stream>, weights: &Weights, compute: usize) -> DevicePlan {
