@@ -22,6 +22,9 @@ pub fn run() -> Result<ExitCode> {
         if !feats.is_empty() {
             println!("  features: {}", feats.join(" "));
         }
+        if fam.name() == "CPU" {
+            cpu_kernels();
+        }
         for d in devs {
             let p = d.props();
             println!("  {}: {}", p.name, p.description);
@@ -54,4 +57,43 @@ pub fn run() -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The CPU's kernel choice: instruction family, machine, tuning in force.
+fn cpu_kernels() {
+    use tessera_cpu::isa::Isa;
+    let isa = Isa::from_env();
+    let forced = match std::env::var("TESSERA_CPU_ISA") {
+        Ok(v) => format!("TESSERA_CPU_ISA={v}"),
+        Err(_) => "the best here; TESSERA_CPU_ISA=scalar|avx2|avx512 forces one".into(),
+    };
+    println!("  kernels: {} ({forced})", isa.name());
+    let machine = tessera_cpu::machine::Machine::detect();
+    println!("  machine: {} [key {}]", machine.describe(), machine.key());
+    let active = tessera_cpu::tuning::active();
+    let settings = active.tuning.to_text();
+    let settings: Vec<&str> = settings
+        .lines()
+        .filter(|l| !l.starts_with("machine="))
+        .collect();
+    println!(
+        "  tuning: {}; {}",
+        active.sources.join(" + "),
+        if settings.is_empty() {
+            "no settings beyond the kernels' defaults".to_string()
+        } else {
+            settings.join(" ")
+        }
+    );
+    match tessera_cpu::tuning::saved_path(&machine) {
+        Ok(p) if p.exists() => println!("  tuning file: {}", p.display()),
+        Ok(p) => println!(
+            "  tuning file: none yet ({}: `tessera bench tune --save` measures this machine)",
+            p.display()
+        ),
+        Err(e) => println!("  tuning file: {e}"),
+    }
+    for w in &active.warnings {
+        println!("  tuning warning: {w}");
+    }
 }

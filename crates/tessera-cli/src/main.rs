@@ -92,6 +92,8 @@ enum BenchWhat {
     Machine,
     /// A GGUF model's prompt and generation speed (llama-bench style; `--llama-bench BIN` to compare live).
     Model(bench::model::ModelBenchArgs),
+    /// Measure this machine's fastest MUL_MAT kernels per weight type (`--save` keeps them).
+    Tune(bench::tune::TuneArgs),
 }
 
 impl Command {
@@ -113,7 +115,7 @@ impl Command {
                 .as_deref()
                 .is_some_and(|d| !d.eq_ignore_ascii_case("cpu")),
             Command::Bench {
-                what: BenchWhat::Machine,
+                what: BenchWhat::Machine | BenchWhat::Tune(_),
             } => false,
             Command::Bench {
                 what: BenchWhat::Model(args),
@@ -149,6 +151,9 @@ fn main() -> ExitCode {
         Command::Bench {
             what: BenchWhat::Model(args),
         } => bench::model::run(&args),
+        Command::Bench {
+            what: BenchWhat::Tune(args),
+        } => bench::tune::run(&args),
         Command::Test {
             device,
             filter,

@@ -39,6 +39,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tessera::{AbortCallback, Error, Graph, MAX_SRC, Op, Placement, Result, TensorId};
 
+mod profile;
+pub use profile::OpTime;
+use profile::{Profiler, Stopwatch};
+
 use crate::isa::Isa;
 use crate::kernels::{self, KernelFn, NodeCtx, Scratch, TensorRef};
 use crate::pool::{Barrier, MAX_THREADS, ThreadPool, WorkerCtx};
@@ -171,6 +175,8 @@ pub(crate) struct Executor {
     /// were built from: a meta device or a scheduler runs one graph as
     /// several ranges, one after the other, every token.
     saved: Vec<(PlanCache, Vec<PlanNode>, Vec<TensorRef>)>,
+    /// Per-node timing, while profiling is on.
+    profiler: Option<Profiler>,
 }
 
 /// Plans an executor keeps besides the current one.
@@ -191,6 +197,7 @@ impl Executor {
             generation: 0,
             cache: PlanCache::default(),
             saved: Vec::new(),
+            profiler: None,
         })
     }
 
@@ -322,13 +329,22 @@ impl Executor {
             return Ok(());
         }
         let scratch = self.scratch(scratch_bytes)?;
+        let n_plan = self.plan.len();
+        let clocks = self.profiler.as_mut().map(|p| p.clocks(n_plan));
         let shared = RunShared {
             stop_at: AtomicUsize::new(usize::MAX),
             aborted: AtomicBool::new(false),
             failure: Mutex::new(None),
         };
         let (plan, operands) = (&self.plan, &self.operands);
-        let job = |w: WorkerCtx<'_>| run_plan(plan, operands, &w, &shared, scratch, abort, isa);
+        let job = |w: WorkerCtx<'_>| {
+            let watch = if w.ith == 0 {
+                clocks.map(Stopwatch::start)
+            } else {
+                None
+            };
+            run_plan(plan, operands, &w, &shared, scratch, abort, isa, watch)
+        };
         let clean = self.pool.run(nth, &job);
         let failure = shared
             .failure
@@ -354,7 +370,21 @@ impl Executor {
         if !clean {
             return Err(Error::device("CPU", "a CPU worker thread panicked"));
         }
+        if let Some(p) = self.profiler.as_mut() {
+            p.fold(&self.plan, &self.operands);
+        }
         Ok(())
+    }
+
+    /// Start (with zeroed totals) or stop timing every node.
+    pub(crate) fn set_profiling(&mut self, on: bool) {
+        self.profiler = on.then(Profiler::default);
+    }
+
+    /// The time per kind of node since profiling started or was last taken
+    /// (largest first); empty when profiling is off.
+    pub(crate) fn take_profile(&mut self) -> Vec<OpTime> {
+        self.profiler.as_mut().map_or_else(Vec::new, Profiler::take)
     }
 
     /// Resolve every computing node of `range` into `self.plan`; returns the
@@ -460,6 +490,7 @@ impl Executor {
 /// solo nodes by thread 0 alone, which skips them once a failure or an
 /// abort is recorded (nobody else depends on them then). After a barrier
 /// every thread stops if the failure or abort happened at or before it.
+#[allow(clippy::too_many_arguments)]
 fn run_plan(
     plan: &[PlanNode],
     operands: &[TensorRef],
@@ -468,6 +499,7 @@ fn run_plan(
     scratch: Scratch,
     abort: Option<&AbortCallback>,
     isa: Isa,
+    mut watch: Option<Stopwatch<'_>>,
 ) {
     for (k, node) in plan.iter().enumerate() {
         let runs_here = !node.solo || w.ith == 0;
@@ -495,11 +527,19 @@ fn run_plan(
                 run_node(node, operands, w, shared, scratch, isa, k);
             }
         }
+        if let Some(sw) = watch.as_mut() {
+            sw.work_done();
+        }
         if node.barrier_after {
             w.barrier.wait();
-            if shared.stop_at.load(Ordering::Acquire) <= k || w.barrier.is_poisoned() {
-                break;
-            }
+        }
+        if let Some(sw) = watch.as_mut() {
+            sw.node_done(k);
+        }
+        if node.barrier_after
+            && (shared.stop_at.load(Ordering::Acquire) <= k || w.barrier.is_poisoned())
+        {
+            break;
         }
     }
 }

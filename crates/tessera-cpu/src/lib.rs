@@ -13,7 +13,8 @@
 //! - `kernels` (private: they work on raw pointers that only the executor
 //!   vouches for): one module per op family, ggml's semantics;
 //! - [`isa`]: the instruction set chosen at run time;
-//! - [`tuning`]: process-wide knobs for benchmarks and tuning.
+//! - [`machine`]: which CPU this is (vendor, microarchitecture);
+//! - [`tuning`]: per-machine kernel choices and knobs for benchmarks.
 //!
 //! The kernels and their raw pointers are not reachable from outside the
 //! crate (a safe caller could otherwise hand them a dangling pointer):
@@ -30,6 +31,7 @@ pub mod isa;
 #[cfg(test)]
 mod kernel_tests;
 mod kernels;
+pub mod machine;
 mod pool;
 mod resolve;
 pub mod stream;
@@ -41,6 +43,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use device::{CpuDevice, CpuFamily};
 pub use event::CpuEvent;
+pub use exec::OpTime;
 pub use stream::CpuStream;
 
 /// The process-wide CPU device.

@@ -215,6 +215,9 @@ pub(crate) struct PlanCache {
     valid: bool,
     range: (usize, usize),
     nth: usize,
+    /// [`crate::tuning::generation`] when planned: a change of tuning may
+    /// change kernels and their scratch.
+    tuning: u64,
     /// The tensors the plan depends on, in id order.
     ids: Vec<u32>,
     /// Per entry of `ids`: the node as it was.
@@ -304,7 +307,11 @@ impl PlanCache {
         range: (usize, usize),
         nth: usize,
     ) -> bool {
-        if !self.valid || self.range != range || self.nth != nth {
+        if !self.valid
+            || self.range != range
+            || self.nth != nth
+            || self.tuning != crate::tuning::generation()
+        {
             return false;
         }
         let nodes = graph.nodes();
@@ -336,6 +343,7 @@ impl PlanCache {
         nth: usize,
         scratch_bytes: usize,
     ) {
+        self.tuning = crate::tuning::generation();
         self.ids.clear();
         self.keys.clear();
         self.places.clear();

@@ -23,7 +23,7 @@ use tessera::{
 
 use crate::device::CpuDevice;
 use crate::event::CpuEvent;
-use crate::exec::Executor;
+use crate::exec::{Executor, OpTime};
 use crate::isa::Isa;
 use crate::pool::MAX_THREADS;
 
@@ -81,6 +81,19 @@ impl CpuStream {
     /// The instruction set its kernels use.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Start timing every node of every compute (totals zeroed), or stop.
+    /// For finding where a step's time goes (`tessera bench model
+    /// --profile`); costs two clock reads per node while on.
+    pub fn set_profiling(&self, on: bool) {
+        self.executor().set_profiling(on);
+    }
+
+    /// Time per kind of node since profiling started or was last taken,
+    /// largest first (empty when profiling is off).
+    pub fn take_profile(&self) -> Vec<OpTime> {
+        self.executor().take_profile()
     }
 
     fn executor(&self) -> MutexGuard<'_, Executor> {

@@ -46,22 +46,7 @@ pub const DEFAULT_MODEL: PypiModel = PypiModel {
     sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
 };
 
-/// Tessera's cache folder: `$TESSERA_CACHE`, else
-/// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
-pub fn cache_dir() -> Result<PathBuf> {
-    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
-        return Ok(PathBuf::from(d));
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Ok(PathBuf::from(d).join("tessera"));
-    }
-    match std::env::var_os("HOME") {
-        Some(h) => Ok(PathBuf::from(h).join(".cache").join("tessera")),
-        None => Err(Error::NotFound(
-            "a cache folder: set TESSERA_CACHE, XDG_CACHE_HOME or HOME".into(),
-        )),
-    }
-}
+pub use tessera::cache_dir;
 
 /// Where `model` lives in the cache.
 pub fn cached_path(model: &PypiModel) -> Result<PathBuf> {

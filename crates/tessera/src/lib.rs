@@ -21,6 +21,7 @@
 
 pub mod alloc;
 pub mod buffer;
+mod cache_dir;
 pub mod device;
 pub mod element;
 pub mod event;
@@ -43,6 +44,7 @@ pub use tessera_core::{
 
 pub use alloc::{GraphAllocator, LinearAllocator, TensorSet, alloc_tensors, alloc_tensors_size};
 pub use buffer::{Buffer, BufferType, BufferUsage, Copied, copy_between, same_buffer_type};
+pub use cache_dir::cache_dir;
 pub use device::{Device, DeviceCaps, DeviceProps, DeviceType, MemoryInfo, supports_graph};
 pub use element::Element;
 pub use event::Event;

@@ -124,7 +124,7 @@ pub fn all_cases() -> Vec<PerfCase> {
     v
 }
 
-fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
+pub fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
     let name = format!("MUL_MAT(type_a={},type_b=f32,m={m},n={n},k={k})", t.name());
     let ggml = format!(
         "MUL_MAT|type_a={},type_b=f32,m={m},n={n},k={k},bs=[1,1],nr=[1,1]",

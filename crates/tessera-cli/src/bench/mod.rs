@@ -21,6 +21,8 @@ mod fill;
 mod ggml_live;
 mod machine;
 pub mod model;
+mod profile;
+pub mod tune;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -237,6 +239,59 @@ struct RunOpts {
     limits: Option<machine::Limits>,
 }
 
+/// A case's graph (its op `n_runs` times) with the inputs filled and every
+/// node placed: ready to compute.
+struct Prepared {
+    graph: Graph,
+    placement: Placement,
+    _inputs: tessera::TensorSet,
+    _out: Option<tessera::TensorSet>,
+}
+
+impl Prepared {
+    fn new(device: &Arc<dyn Device>, case: &PerfCase, n_runs: usize) -> Result<Prepared> {
+        let (graph, leaves) = build(case, n_runs)?;
+        let mut placement = Placement::new(&graph);
+        let layouts: Vec<Layout> = leaves
+            .iter()
+            .map(|&id| graph.nodes()[id.index()].layout)
+            .collect();
+        let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
+        for ((&id, t), l) in leaves.iter().zip(&inputs.tensors).zip(&case.leaves) {
+            fill::fill(t, l.fill)?;
+            placement.bind(&graph, id, t)?;
+        }
+        // As test-backend-ops (which adds the same node n_runs times), every
+        // duplicate writes the same output memory; ops that write into a
+        // source (CPY) are views of it already.
+        let outs: Vec<TensorId> = graph
+            .op_ids()
+            .filter(|&id| !graph.nodes()[id.index()].is_view())
+            .collect();
+        let out = match outs.first() {
+            Some(&first) => {
+                let set = alloc_tensors(
+                    &device.buffer_type(),
+                    &[graph.nodes()[first.index()].layout],
+                    BufferUsage::Compute,
+                )?;
+                for &id in &outs {
+                    placement.bind(&graph, id, &set.tensors[0])?;
+                }
+                Some(set)
+            }
+            None => None,
+        };
+        placement.place_views(&graph)?;
+        Ok(Prepared {
+            graph,
+            placement,
+            _inputs: inputs,
+            _out: out,
+        })
+    }
+}
+
 fn run_case(
     device: &Arc<dyn Device>,
     stream: &dyn Stream,
@@ -252,42 +307,10 @@ fn run_case(
         8.0 * (1u64 << 30) as f64
     };
     let n_runs = ((target / cost) as usize).min(8192 - case.leaves.len()) + 1;
-    let (graph, leaves) = build(case, n_runs)?;
-    let mut placement = Placement::new(&graph);
-    let layouts: Vec<Layout> = leaves
-        .iter()
-        .map(|&id| graph.nodes()[id.index()].layout)
-        .collect();
-    let inputs = alloc_tensors(&device.buffer_type(), &layouts, BufferUsage::Weights)?;
-    for ((&id, t), l) in leaves.iter().zip(&inputs.tensors).zip(&case.leaves) {
-        fill::fill(t, l.fill)?;
-        placement.bind(&graph, id, t)?;
-    }
-    // As test-backend-ops (which adds the same node n_runs times), every
-    // duplicate writes the same output memory; ops that write into a source
-    // (CPY) are views of it already.
-    let outs: Vec<TensorId> = graph
-        .op_ids()
-        .filter(|&id| !graph.nodes()[id.index()].is_view())
-        .collect();
-    let out_mem = match outs.first() {
-        Some(&first) => {
-            let set = alloc_tensors(
-                &device.buffer_type(),
-                &[graph.nodes()[first.index()].layout],
-                BufferUsage::Compute,
-            )?;
-            for &id in &outs {
-                placement.bind(&graph, id, &set.tensors[0])?;
-            }
-            Some(set)
-        }
-        None => None,
-    };
-    placement.place_views(&graph)?;
-    let (secs, iters) = time_graph(stream, &graph, &placement, seconds)?;
+    let p = Prepared::new(device, case, n_runs)?;
+    let (secs, iters) = time_graph(stream, &p.graph, &p.placement, seconds)?;
     let us = secs * 1e6 / (iters * n_runs) as f64;
-    drop(out_mem);
+    drop(p);
     let (figure, unit, per_run) = match case.flops {
         Some(f) => (f / us / 1e3, "GFLOPS", format!("{:.2} GFLOP/run", f / 1e9)),
         None => (

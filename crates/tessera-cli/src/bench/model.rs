@@ -34,6 +34,10 @@ pub struct ModelBenchArgs {
     /// llama.cpp's llama-bench binary, to measure live and interleaved.
     #[arg(long)]
     pub llama_bench: Option<PathBuf>,
+    /// After the tests, time every node of this many decoding steps and
+    /// print where a step's time goes, op by op (CPU streams).
+    #[arg(long, value_name = "TOKENS", num_args = 0..=1, default_missing_value = "32")]
+    pub profile: Option<usize>,
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -44,7 +48,7 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 }
 
 /// Deterministic random token ids below `n_vocab`.
-fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+pub(super) fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -119,7 +123,11 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
         .model
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+    let n_ctx = args
+        .n_prompt
+        .max(args.n_gen)
+        .max(args.profile.unwrap_or(0))
+        .max(1);
     let options = SessionOptions {
         n_ctx,
         ..SessionOptions::default()
@@ -183,6 +191,9 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
             print!(" {lm:.2} ± {lsd:.2} | {:.2} |", m / lm);
         }
         println!();
+    }
+    if let Some(n) = args.profile {
+        super::profile::run(&mut session, n)?;
     }
     if let Some(rss) = llm::peak_rss() {
         eprintln!("peak memory (tessera): {} MiB resident", rss >> 20);

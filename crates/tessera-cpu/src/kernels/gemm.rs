@@ -6,8 +6,8 @@
 //!   `gemm_portable`) multiplies them with f32 activations. Precision: the
 //!   weights are ggml's `to_float` values, activations stay f32, sums are
 //!   f32 — tighter than ggml, which quantizes the activations.
-//! - **integer path** (`gemm_q8`; Q4_0, Q8_0, Q4_K, Q6_K with AVX-512 VNNI
-//!   in `gemm_vnni`, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K with plain AVX2 in
+//! - **integer path** (`gemm_q8`; every quantized type with AVX-512 VNNI
+//!   in `gemm_vnni`, all but Q8_0, IQ4_NL and IQ4_XS with plain AVX2 in
 //!   `gemm_q8_avx2`):
 //!   weights stay 8-bit codes, activations are quantized to 8 bits per 32
 //!   values (like ggml's Q8_0), and `vpdpbusd` (64 multiply-adds per
@@ -103,15 +103,19 @@ pub fn set_min_cols_override(cols: Option<usize>) {
 /// columns for the float types and 24-40 for quantized types without an
 /// integer kernel. Depends on the dot-product path too: re-measure when
 /// either changes.
-fn min_cols(t: DType) -> usize {
+pub(crate) fn min_cols(t: DType) -> usize {
     if let Some(v) = MIN_COLS_OVERRIDE.load(Ordering::Relaxed).checked_sub(1) {
         return v;
     }
-    // The best kernels of the CPU decide (not the stream's ISA), so that
-    // scratch sizing and dispatch always agree.
-    let best = Isa::best();
-    let vnni = super::gemm_vnni::kernels(best).is_some_and(|k| k.types.contains(&t));
-    let int = int_kernels(t, best).is_some();
+    if let Some(v) = crate::tuning::gemm_from(t) {
+        return v;
+    }
+    // The best kernels of the CPU the tuning allows decide (not the
+    // stream's ISA), so that scratch sizing and dispatch always agree.
+    let best = crate::tuning::gemm_isa(t, Isa::best());
+    let int_ok = crate::tuning::gemm_int(t);
+    let vnni = int_ok && super::gemm_vnni::kernels(best).is_some_and(|k| k.types.contains(&t));
+    let int = int_ok && int_kernels(t, best).is_some();
     match t {
         // Q8_0's VNNI dot-product tile matches the GEMM up to 8 columns.
         DType::Q8_0 if vnni => 9,
@@ -185,8 +189,13 @@ impl Path {
     /// layout, else f32 with AVX-512, AVX2 or portable kernels.
     pub(crate) fn choose(t: DType, ncol: usize, isa: Isa) -> Path {
         // `Avx512`: VNNI or AVX-512F kernels; `Avx2`: AVX2 ones; `Scalar`
-        // (or a family the CPU lacks): the portable ones.
-        if let (Some(qk), Some(s)) = (int_kernels(t, isa), sub_size(t)) {
+        // (or a family the CPU lacks): the portable ones. The machine's
+        // tuning may cap the family and keep the integer path off.
+        let isa = crate::tuning::gemm_isa(t, isa);
+        let int = crate::tuning::gemm_int(t)
+            .then(|| int_kernels(t, isa))
+            .flatten();
+        if let (Some(qk), Some(s)) = (int, sub_size(t)) {
             let i = narrow(qk.nr, ncol);
             let si = usize::from(s == 16);
             return Path::Q8 {

@@ -1,5 +1,6 @@
 //! The integer path of the packed GEMM ([`super::gemm`]) for quantized
-//! weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): weights stay 8-bit codes, activations
+//! weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+//! IQ4_NL, IQ4_XS): weights stay 8-bit codes, activations
 //! are quantized to 8 bits, and the micro-kernels (`gemm_vnni`:
 //! `vpdpbusd`, 64 multiply-adds per instruction against 16 for an f32 FMA;
 //! `gemm_q8_avx2`: `vpmaddubsw`) sum byte products exactly, scaling in f32
@@ -22,6 +23,8 @@
 //! | Q4_K | nibble | `d sc_s` | `-dmin m_s` |
 //! | Q5_K | 5-bit `q` | `d sc_s` | `-dmin m_s` (`S` = 16, pairs share them) |
 //! | Q6_K | 6-bit `q` | `d sc_s` | `-32 d sc_s` |
+//! | IQ4_NL | `kvalues[q] + 128` | `d` | `-128 d` |
+//! | IQ4_XS | `kvalues[q] + 128` | `d (ls_s - 32)` | `-128 w_s` |
 //!
 //! Activations are quantized per column in blocks of [`QB`] = 32 values,
 //! `y = dy * q` with `dy = max|y| / 127` (ggml's Q8_0 rule, f32 scale), so
@@ -37,7 +40,7 @@
 //!   (`dy`, `dy * sum q`).
 
 use tessera::DType;
-use tessera::quant::get_scale_min_k4;
+use tessera::quant::{KVALUES_IQ4NL, get_scale_min_k4};
 
 use super::gemm_pack::{PackBufs, TransposeFn};
 
@@ -100,6 +103,9 @@ pub(crate) type UnpackFn =
 pub(crate) fn sub_size(t: DType) -> Option<usize> {
     match t {
         DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K => Some(32),
+        // Byte codes up to 241: the VNNI kernels only (`vpdpbusd` sums in
+        // 32 bits; the AVX2 kernel's 16-bit pair sums would saturate).
+        DType::IQ4NL | DType::IQ4XS => Some(32),
         // 5-bit codes: the AVX2 kernel's 16-bit sums must be widened every
         // two steps, which its 16-value sub-block variant does.
         DType::Q6K | DType::Q5_0 | DType::Q5_1 | DType::Q5K => Some(16),
@@ -326,6 +332,35 @@ pub(crate) fn unpack_blocks(t: DType, src: &[u8], codes: &mut [u8], scales: &mut
                 for (s, &v) in sc.iter_mut().zip(rest) {
                     let w = d * f32::from(v as i8);
                     *s = (w, -32.0 * w);
+                }
+            }
+            DType::IQ4NL | DType::IQ4XS => {
+                // Table values as codes `kv + 128` (1..=241): `o = -128 w`.
+                let (d, qs_at) = (f16(x, 0), if t == DType::IQ4NL { 2 } else { 8 });
+                let qs = x.get(qs_at..).unwrap_or(&[]);
+                let sh = x.get(2..4).map_or(0, |h| u16::from_le_bytes([h[0], h[1]]));
+                let code = |q: u8| (KVALUES_IQ4NL[usize::from(q & 0x0F)] as u8) ^ 0x80;
+                for (ib, ((o, q), s)) in out
+                    .chunks_exact_mut(32)
+                    .zip(qs.chunks_exact(16))
+                    .zip(sc.iter_mut())
+                    .enumerate()
+                {
+                    let (lo, hi) = o.split_at_mut(16);
+                    for ((l, h), &v) in lo.iter_mut().zip(hi).zip(q) {
+                        *l = code(v);
+                        *h = code(v >> 4);
+                    }
+                    let w = if t == DType::IQ4NL {
+                        d
+                    } else {
+                        let l = x
+                            .get(4 + ib / 2)
+                            .map_or(0, |&b| (b >> (4 * (ib % 2))) & 0x0F);
+                        let h = ((sh >> (2 * ib)) & 3) as u8;
+                        d * f32::from(i16::from(l | (h << 4)) - 32)
+                    };
+                    *s = (w, -128.0 * w);
                 }
             }
             _ => {

@@ -154,7 +154,7 @@ pub(crate) mod imp {
             DType::Q8_0 => unpack_q8_0,
             DType::Q4K => unpack_q4k,
             DType::Q6K => unpack_q6k,
-            _ => return None,
+            _ => return crate::kernels::gemm_q8_unpack::unpack(t),
         })
     }
 

@@ -52,7 +52,20 @@ mod imp {
         ],
         transpose,
         unpack,
-        types: &[DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K],
+        types: &[
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q2K,
+            DType::Q3K,
+            DType::Q5K,
+            DType::IQ4NL,
+            DType::IQ4XS,
+        ],
     };
 
     pub(crate) fn kernels(isa: Isa) -> Option<&'static Q8Kernels> {

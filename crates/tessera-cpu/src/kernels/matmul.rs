@@ -252,7 +252,9 @@ impl<'s> Plan<'s> {
                 format!("{} with {} weights", ctx.op.name(), la.dtype),
             )
         })?;
-        let dot = dot_fn(la.dtype, ctx.isa).ok_or_else(|| {
+        // The machine's tuning may cap the family for these weights.
+        let isa = crate::tuning::dot_isa(la.dtype, ctx.isa);
+        let dot = dot_fn(la.dtype, isa).ok_or_else(|| {
             Error::unsupported(
                 "CPU",
                 format!("{} with {} weights", ctx.op.name(), la.dtype),
@@ -263,11 +265,11 @@ impl<'s> Plan<'s> {
         // callers), and only ever accessed atomically at this offset by the
         // node's threads.
         let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
-        let (tile, gemv, act_type) = match tile_f32_fn(la.dtype, ctx.isa) {
-            Some(t) => (Some(t), gemv_fn(la.dtype, ctx.isa, true), DType::F32),
+        let (tile, gemv, act_type) = match tile_f32_fn(la.dtype, isa) {
+            Some(t) => (Some(t), gemv_fn(la.dtype, isa, true), DType::F32),
             None => (
-                tile_fn(la.dtype, ctx.isa),
-                gemv_fn(la.dtype, ctx.isa, false),
+                tile_fn(la.dtype, isa),
+                gemv_fn(la.dtype, isa, false),
                 dot_type,
             ),
         };

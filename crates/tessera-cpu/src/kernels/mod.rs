@@ -169,6 +169,7 @@ mod gemm_q8;
 mod gemm_q8_avx2;
 #[cfg(test)]
 mod gemm_q8_tests;
+mod gemm_q8_unpack;
 #[cfg(test)]
 mod gemm_tests;
 mod gemm_vnni;
