@@ -333,7 +333,7 @@ pub(crate) mod imp {
     /// 16 bytes at `s` must be readable (the 12 scale bytes and 4 more).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q4k_scales_mins(s: *const u8) -> __m128i {
+    pub(crate) unsafe fn q4k_scales_mins(s: *const u8) -> __m128i {
         // SAFETY: the caller guarantees 16 bytes.
         let v = unsafe { _mm_loadu_si128(s.cast()) };
         // Low parts: sc0-3 = s0-3 & 63, sc4-7 = s8-11 & 15,

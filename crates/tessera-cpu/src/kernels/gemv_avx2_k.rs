@@ -59,8 +59,8 @@ mod imp {
     use super::*;
     use crate::isa::Isa;
     use crate::kernels::dot_kquant::{Q2K_BYTES, Q3K_BYTES, Q5K_BYTES};
-    use crate::kernels::dot_quant::{Q8K_BYTES, q4k_scales_mins};
-    use crate::kernels::gemv_avx2::imp::{f16_at, hsums};
+    use crate::kernels::dot_quant::Q8K_BYTES;
+    use crate::kernels::gemv_avx2::imp::{f16_at, hsums, q4k_scales_mins};
     use crate::kernels::gemv_avx2_q8::prefetch;
 
     /// The kinds of weights (`K`).
@@ -189,12 +189,40 @@ mod imp {
     wrappers!(q3k_dot, q3k_tile, Q3K);
     wrappers!(q5k_dot, q5k_tile, Q5K);
 
-    /// Sixteen i16 lanes: `a` in the low eight, `b` in the high eight (the
-    /// scales of two 16-value sub-blocks against one `maddubs` result).
+    /// Byte-shuffle masks over a 256-bit vector whose two 128-bit lanes
+    /// hold the same eight i16 scales: `pairs[j]` puts word `2j` in every
+    /// i16 of the low lane and word `2j + 1` in every one of the high lane
+    /// (two 16-value sub-blocks against one `maddubs` result); `words[w]`
+    /// puts word `w` everywhere.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn pair16(a: i16, b: i16) -> __m256i {
-        _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
+    fn scale_masks() -> ([__m256i; 4], [__m256i; 8]) {
+        let pair = |j: usize| {
+            let mut m = [0u8; 32];
+            for (i, b) in m.iter_mut().enumerate() {
+                let w = if i < 16 { 2 * j } else { 2 * j + 1 };
+                *b = (2 * w + i % 2) as u8;
+            }
+            m
+        };
+        let word = |w: usize| std::array::from_fn::<u8, 32, _>(|i| (2 * w + i % 2) as u8);
+        // SAFETY: each array holds 32 bytes.
+        let load = |m: [u8; 32]| unsafe { _mm256_loadu_si256(m.as_ptr().cast()) };
+        (
+            std::array::from_fn(|j| load(pair(j))),
+            std::array::from_fn(|w| load(word(w))),
+        )
+    }
+
+    /// Both lanes of `v` set to its lane `h` (0 or 1).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn lane(v: __m256i, h: usize) -> __m256i {
+        if h == 0 {
+            _mm256_permute2x128_si256::<0x00>(v, v)
+        } else {
+            _mm256_permute2x128_si256::<0x11>(v, v)
+        }
     }
 
     /// The 16 i16 `bsums` of the Q8K block at `y`.
@@ -225,6 +253,7 @@ mod imp {
         let m3 = _mm256_set1_epi8(3);
         let one = _mm256_set1_epi8(1);
         let two = _mm256_set1_epi8(2);
+        let (pairs, words) = scale_masks();
         let mut acc = [[_mm256_setzero_ps(); 1]; C];
         let mut accm = [[_mm256_setzero_ps(); 1]; C];
         for b in 0..nb {
@@ -240,16 +269,13 @@ mod imp {
                 Q2K => {
                     // SAFETY: scales at 0..16, qs at 16..80, d and dmin at
                     // 80 and 82 of the 84-byte block.
-                    let (sc, q) = unsafe {
+                    let q = unsafe {
                         d = f16_at(p.add(80));
                         dmin = f16_at(p.add(82));
-                        (
-                            p.cast::<[u8; 16]>().read_unaligned(),
-                            [
-                                _mm256_loadu_si256(p.add(16).cast()),
-                                _mm256_loadu_si256(p.add(48).cast()),
-                            ],
-                        )
+                        [
+                            _mm256_loadu_si256(p.add(16).cast()),
+                            _mm256_loadu_si256(p.add(48).cast()),
+                        ]
                     };
                     // SAFETY: as above.
                     let scv = unsafe { _mm_loadu_si128(p.cast()) };
@@ -257,6 +283,7 @@ mod imp {
                         _mm_srli_epi16::<4>(scv),
                         _mm_set1_epi8(0xf),
                     ));
+                    let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scv, _mm_set1_epi8(0xf)));
                     for (h, &qh) in q.iter().enumerate() {
                         let codes = [
                             _mm256_and_si256(qh, m3),
@@ -264,9 +291,11 @@ mod imp {
                             _mm256_and_si256(_mm256_srli_epi16::<4>(qh), m3),
                             _mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3),
                         ];
+                        // Scales 8h..8h + 8 in both lanes; sub-blocks 8h + 2j
+                        // and 8h + 2j + 1 against codes[j].
+                        let base = lane(sc16, h);
                         for (j, &u) in codes.iter().enumerate() {
-                            let s = 8 * h + 2 * j;
-                            let scale = pair16(i16::from(sc[s] & 0xf), i16::from(sc[s + 1] & 0xf));
+                            let scale = _mm256_shuffle_epi8(base, pairs[j]);
                             for c in 0..C {
                                 // SAFETY: 32 activation bytes at 4 + 128h + 32j (< 260).
                                 let q8 = unsafe {
@@ -309,6 +338,7 @@ mod imp {
                     let scv = unsafe { _mm256_loadu_si256(sc.as_ptr().cast()) };
                     let mut hs = hm;
                     for (h, &qh) in q.iter().enumerate() {
+                        let base = lane(scv, h);
                         let low = [
                             _mm256_and_si256(qh, m3),
                             _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m3),
@@ -322,8 +352,7 @@ mod imp {
                                 _mm256_slli_epi16::<2>(_mm256_and_si256(hs, one)),
                             );
                             hs = _mm256_srli_epi16::<1>(hs);
-                            let s = 8 * h + 2 * j;
-                            let scale = pair16(sc[s], sc[s + 1]);
+                            let scale = _mm256_shuffle_epi8(base, pairs[j]);
                             for c in 0..C {
                                 // SAFETY: 32 activation bytes at 4 + 128h + 32j (< 260).
                                 let q8 = unsafe {
@@ -347,33 +376,21 @@ mod imp {
                 _ => {
                     // SAFETY: d, dmin at 0, 2, scales at 4..16, qh at
                     // 16..48, qs at 48..176 of the 176-byte block.
-                    let (qh, s12) = unsafe {
+                    let (qh, scmn) = unsafe {
                         d = f16_at(p);
                         dmin = f16_at(p.add(2));
                         (
                             _mm256_loadu_si256(p.add(16).cast()),
-                            std::slice::from_raw_parts(p.add(4), 12),
+                            // Scales (bytes 0..8) and mins (8..16): 16 bytes
+                            // read at 4 (of 176).
+                            q4k_scales_mins(p.add(4)),
                         )
                     };
-                    let (sc, mn) = q4k_scales_mins(s12);
-                    let mins = _mm256_setr_epi16(
-                        i16::from(mn[0]),
-                        i16::from(mn[0]),
-                        i16::from(mn[1]),
-                        i16::from(mn[1]),
-                        i16::from(mn[2]),
-                        i16::from(mn[2]),
-                        i16::from(mn[3]),
-                        i16::from(mn[3]),
-                        i16::from(mn[4]),
-                        i16::from(mn[4]),
-                        i16::from(mn[5]),
-                        i16::from(mn[5]),
-                        i16::from(mn[6]),
-                        i16::from(mn[6]),
-                        i16::from(mn[7]),
-                        i16::from(mn[7]),
-                    );
+                    // As i16: the scales in both lanes, the mins one per
+                    // 16-value half.
+                    let base = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
+                    let m32 = _mm256_cvtepu16_epi32(_mm_cvtepu8_epi16(_mm_srli_si128::<8>(scmn)));
+                    let mins = _mm256_or_si256(m32, _mm256_slli_epi32::<16>(m32));
                     let mut hs = qh;
                     for j in 0..4 {
                         // SAFETY: 32 quant bytes at 48 + 32j (< 176).
@@ -387,8 +404,8 @@ mod imp {
                             _mm256_slli_epi16::<3>(_mm256_and_si256(hs, two)),
                         );
                         hs = _mm256_srli_epi16::<2>(hs);
-                        let sl = _mm256_set1_epi16(i16::from(sc[2 * j]));
-                        let sh = _mm256_set1_epi16(i16::from(sc[2 * j + 1]));
+                        let sl = _mm256_shuffle_epi8(base, words[2 * j]);
+                        let sh = _mm256_shuffle_epi8(base, words[2 * j + 1]);
                         for c in 0..C {
                             // SAFETY: 64 activation bytes at 4 + 64j (< 260).
                             let (q8l, q8h) = unsafe {
