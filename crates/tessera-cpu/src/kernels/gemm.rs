@@ -195,7 +195,7 @@ impl Path {
         let int = crate::tuning::gemm_int(t)
             .then(|| int_kernels(t, isa))
             .flatten();
-        if let (Some(qk), Some(s)) = (int, sub_size(t)) {
+        if let Some((qk, s)) = int.and_then(|qk| Some((qk, (qk.sub)(t)?))) {
             let i = narrow(qk.nr, ncol);
             let si = usize::from(s == 16);
             return Path::Q8 {
@@ -266,7 +266,7 @@ fn all_paths(t: DType) -> Vec<Path> {
         super::gemm_q8_avx2::kernels(),
     ];
     for qk in int.into_iter().flatten().filter(|k| k.types.contains(&t)) {
-        let Some(s) = sub_size(t) else { break };
+        let Some(s) = (qk.sub)(t) else { break };
         for (i, &nr) in qk.nr.iter().enumerate() {
             v.push(Path::Q8 {
                 qk,

@@ -84,8 +84,12 @@ pub(crate) struct Q8Kernels {
     pub kernel: [[QKernelFn; 2]; 2],
     /// Dword transposer for the A codes (as f32 bit patterns).
     pub transpose: TransposeFn,
-    /// Row unpacker per weight type (`None`: the portable one).
+    /// Row unpacker per weight type (`None`: the portable one); it writes
+    /// one `(w, o)` per sub-block of [`Q8Kernels::sub`] values.
     pub unpack: fn(DType) -> Option<UnpackFn>,
+    /// Sub-block size per weight type (`S`: [`sub_size`], or 32 where the
+    /// format's scales allow it and the kernel's sums do not overflow).
+    pub sub: fn(DType) -> Option<usize>,
     /// The weight types the kernels handle.
     pub types: &'static [DType],
 }
@@ -99,7 +103,9 @@ pub(crate) struct Q8Kernels {
 pub(crate) type UnpackFn =
     unsafe fn(src: *const u8, nblk: usize, codes: *mut u8, w: *mut f32, o: *mut f32, stride: usize);
 
-/// The sub-block size of `t` on the integer path, or `None` if `t` has none.
+/// The sub-block size of `t` on the integer path, or `None` if `t` has none
+/// (what the portable unpacker writes scales for; a kernel set may use
+/// 32 for Q5_0, Q5_1 and Q5_K, whose pairs of 16 share their scales).
 pub(crate) fn sub_size(t: DType) -> Option<usize> {
     match t {
         DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K => Some(32),
@@ -403,7 +409,10 @@ pub(crate) unsafe fn pack_a_q8(
 ) {
     let mr = qk.mr.min(super::gemm_pack::MR_MAX);
     let (bs, ts) = (t.block_size().max(1), t.type_size());
-    let nsub = kc / sub_size(t).unwrap_or(32);
+    let s = (qk.sub)(t).unwrap_or(32);
+    let nsub = kc / s;
+    // The portable unpacker's sub-blocks per kernel sub-block (1 or 2).
+    let step = (s / sub_size(t).unwrap_or(s)).max(1);
     let unpack = (qk.unpack)(t);
     let mut ptrs = [bufs.zeros; super::gemm_pack::MR_MAX];
     let mut sc = [(0f32, 0f32); super::gemm::KC / 16];
@@ -434,7 +443,7 @@ pub(crate) unsafe fn pack_a_q8(
                     out,
                     &mut sc,
                 );
-                for (j, &(w, o)) in sc.iter().enumerate().take(nsub) {
+                for (j, &(w, o)) in sc.iter().step_by(step).enumerate().take(nsub) {
                     *scales.add(j * 2 * mr + r) = w;
                     *scales.add(j * 2 * mr + mr + r) = o;
                 }

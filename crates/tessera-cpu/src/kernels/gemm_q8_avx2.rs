@@ -58,6 +58,7 @@ pub(crate) mod imp {
         ],
         transpose,
         unpack,
+        sub: crate::kernels::gemm_q8::sub_size,
         types: &[
             DType::Q4_0,
             DType::Q4K,

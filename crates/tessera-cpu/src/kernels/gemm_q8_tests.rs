@@ -133,7 +133,9 @@ fn integer_packing_reproduces_the_weights() {
     let mut rng = Rng(6);
     for (_, qk) in int_sets() {
         for &t in qk.types {
-            let (bs, s) = (t.block_size(), sub_size(t).unwrap());
+            let (bs, s) = (t.block_size(), (qk.sub)(t).unwrap());
+            // The portable unpacker's sub-blocks per kernel sub-block.
+            let step = s / sub_size(t).unwrap();
             let k = 512;
             let rows = qk.mr - 3;
             let row_bytes = t.row_size(k).unwrap();
@@ -157,10 +159,10 @@ fn integer_packing_reproduces_the_weights() {
                     )
                 };
                 let mut pcodes = vec![0u8; 256];
-                let mut psc = vec![(0f32, 0f32); 256 / s];
+                let mut psc = vec![(0f32, 0f32); 256 / s * step];
                 unpack_blocks(t, &bytes[row_bytes / 2..row_bytes], &mut pcodes, &mut psc);
                 assert_eq!(codes, pcodes, "{t} codes");
-                for (j, &(pw, po)) in psc.iter().enumerate() {
+                for (j, &(pw, po)) in psc.iter().step_by(step).enumerate() {
                     assert_eq!((w[j], o[j]), (pw, po), "{t} sub-block {j}");
                 }
             }

@@ -33,11 +33,52 @@ fn f16(x: &[u8], i: usize) -> f32 {
 /// (and `j + 16`) of `qh` shifted to bit 4 when `qh` is given.
 #[inline(always)]
 fn nibbles(qs: &[u8], qh: Option<u32>, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(h) = qh
+        && std::arch::is_x86_feature_detected!("avx2")
+        && qs.len() >= 16
+        && out.len() >= 32
+    {
+        // SAFETY: AVX2 is present (checked); 16 bytes are read from `qs`
+        // and 32 written to `out` (lengths checked).
+        unsafe { nibbles5_avx2(qs.as_ptr(), h, out.as_mut_ptr()) };
+        return;
+    }
     let (lo, hi) = out.split_at_mut(16);
     let h = qh.unwrap_or(0);
     for j in 0..16 {
         lo[j] = (qs[j] & 0x0F) | ((((h >> j) & 1) as u8) << 4);
         hi[j] = (qs[j] >> 4) | ((((h >> (j + 16)) & 1) as u8) << 4);
+    }
+}
+
+/// [`nibbles`] with a fifth bit from `h`: byte `i` of `h`'s bits spread
+/// over 32 bytes (shuffle, bit test), or-ed as bit 4 into the nibbles.
+///
+/// # Safety
+/// AVX2 present; `qs` holds 16 bytes, `out` 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles5_avx2(qs: *const u8, h: u32, out: *mut u8) {
+    use std::arch::x86_64::*;
+    let bytes = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(h as i32),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    let high = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+    // SAFETY: the caller's lengths; unaligned load and store.
+    unsafe {
+        let q = _mm_loadu_si128(qs.cast());
+        let nib = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+            _mm256_set1_epi8(0x0F),
+        );
+        _mm256_storeu_si256(out.cast(), _mm256_or_si256(nib, high));
     }
 }
 
@@ -175,6 +216,17 @@ impl<const XS: bool> Unpack for Iq4<XS> {
     }
 }
 
+/// `KVALUES_IQ4NL` as unsigned codes `kv + 128`.
+const IQ4_CODES: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES_IQ4NL[i] as u8) ^ 0x80;
+        i += 1;
+    }
+    t
+};
+
 /// 32 IQ4 codes (`kv + 128`) from 16 bytes of nibbles.
 #[inline(always)]
 fn iq4_codes(q: &[u8], out: &mut [u8]) {
@@ -185,7 +237,7 @@ fn iq4_codes(q: &[u8], out: &mut [u8]) {
         unsafe { iq4_codes_ssse3(q.as_ptr(), out.as_mut_ptr()) };
         return;
     }
-    let code = |n: u8| (KVALUES_IQ4NL[usize::from(n & 0x0F)] as u8) ^ 0x80;
+    let code = |n: u8| IQ4_CODES[usize::from(n & 0x0F)];
     let (lo, hi) = out.split_at_mut(16);
     for j in 0..16 {
         lo[j] = code(q[j]);
@@ -199,13 +251,9 @@ fn iq4_codes(q: &[u8], out: &mut [u8]) {
 #[target_feature(enable = "ssse3")]
 unsafe fn iq4_codes_ssse3(q: *const u8, out: *mut u8) {
     use std::arch::x86_64::*;
-    let mut table = [0u8; 16];
-    for (t, &v) in table.iter_mut().zip(&KVALUES_IQ4NL) {
-        *t = (v as u8) ^ 0x80;
-    }
     // SAFETY: the caller's lengths; unaligned loads and stores.
     unsafe {
-        let t = _mm_loadu_si128(table.as_ptr().cast());
+        let t = _mm_loadu_si128(IQ4_CODES.as_ptr().cast());
         let v = _mm_loadu_si128(q.cast());
         let m = _mm_set1_epi8(0x0F);
         let lo = _mm_shuffle_epi8(t, _mm_and_si128(v, m));
@@ -215,13 +263,15 @@ unsafe fn iq4_codes_ssse3(q: *const u8, out: *mut u8) {
     }
 }
 
-/// Unpack `nblk` blocks of `U` (the [`UnpackFn`] contract).
+/// Unpack `nblk` blocks of `U` (the [`UnpackFn`] contract), one `(w, o)`
+/// per `S` values (`S` a multiple of `U`'s own sub-block whose scales are
+/// equal within each `S`).
 ///
 /// # Safety
 /// See [`UnpackFn`]: `src` holds the blocks, `codes` their values, `w` and
 /// `o` each sub-block at stride `st`.
 #[inline(always)]
-unsafe fn run<U: Unpack>(
+unsafe fn run<U: Unpack, const S: usize>(
     src: *const u8,
     nblk: usize,
     codes: *mut u8,
@@ -230,7 +280,8 @@ unsafe fn run<U: Unpack>(
     st: usize,
 ) {
     let mut sc = [(0f32, 0f32); 16];
-    let nsub = U::NSUB;
+    let step = S / (U::BS / U::NSUB);
+    let nsub = U::BS / S;
     for b in 0..nblk {
         // SAFETY: block b's bytes and its codes (the caller's contract).
         let (x, out) = unsafe {
@@ -240,7 +291,7 @@ unsafe fn run<U: Unpack>(
             )
         };
         U::block(x, out, &mut sc);
-        for (j, &(ws, os)) in sc.iter().enumerate().take(nsub) {
+        for (j, &(ws, os)) in sc.iter().step_by(step).enumerate().take(nsub) {
             // SAFETY: sub-block b * nsub + j of the caller's scales.
             unsafe {
                 *w.add((b * nsub + j) * st) = ws;
@@ -251,7 +302,7 @@ unsafe fn run<U: Unpack>(
 }
 
 macro_rules! unpackers {
-    ($($name:ident: $ty:ty),* $(,)?) => {
+    ($($name:ident: $ty:ty, $s:literal);* $(;)?) => {
         $(
             /// # Safety
             /// See [`UnpackFn`]; AVX2 present.
@@ -266,21 +317,24 @@ macro_rules! unpackers {
                 st: usize,
             ) {
                 // SAFETY: forwarded contract.
-                unsafe { run::<$ty>(src, nblk, codes, w, o, st) }
+                unsafe { run::<$ty, $s>(src, nblk, codes, w, o, st) }
             }
         )*
     };
 }
 
 unpackers!(
-    q4_1: Q4_1,
-    q5_0: Q5<false>,
-    q5_1: Q5<true>,
-    q2k: Q2K,
-    q3k: Q3K,
-    q5k: Q5K,
-    iq4nl: Iq4<false>,
-    iq4xs: Iq4<true>,
+    q4_1: Q4_1, 32;
+    q5_0: Q5<false>, 16;
+    q5_1: Q5<true>, 16;
+    q2k: Q2K, 16;
+    q3k: Q3K, 16;
+    q5k: Q5K, 16;
+    iq4nl: Iq4<false>, 32;
+    iq4xs: Iq4<true>, 32;
+    q5_0_s32: Q5<false>, 32;
+    q5_1_s32: Q5<true>, 32;
+    q5k_s32: Q5K, 32;
 );
 
 /// The AVX2-compiled unpacker of `t`, for the types this module has.
@@ -295,6 +349,18 @@ pub(crate) fn unpack(t: DType) -> Option<UnpackFn> {
         DType::Q5K => q5k,
         DType::IQ4NL => iq4nl,
         DType::IQ4XS => iq4xs,
+        _ => return None,
+    })
+}
+
+/// The unpackers with one `(w, o)` per 32 values for Q5_0, Q5_1 and Q5_K
+/// (the VNNI kernels' sub-blocks).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn unpack_s32(t: DType) -> Option<UnpackFn> {
+    Some(match t {
+        DType::Q5_0 => q5_0_s32,
+        DType::Q5_1 => q5_1_s32,
+        DType::Q5K => q5k_s32,
         _ => return None,
     })
 }

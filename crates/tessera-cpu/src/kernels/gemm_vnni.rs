@@ -51,7 +51,8 @@ mod imp {
             [kernel::<12, 16>, kernel::<8, 16>],
         ],
         transpose,
-        unpack,
+        unpack: vnni_unpack,
+        sub: vnni_sub,
         types: &[
             DType::Q4_0,
             DType::Q8_0,
@@ -70,6 +71,21 @@ mod imp {
 
     pub(crate) fn kernels(isa: Isa) -> Option<&'static Q8Kernels> {
         isa.has_avx512().then_some(&KERNELS)
+    }
+
+    /// Sub-blocks of 32 for Q5_0, Q5_1 and Q5_K too (their scales come in
+    /// pairs of 16; `vpdpbusd`'s 32-bit sums cannot overflow): one scaling
+    /// step per 32 values instead of two.
+    fn vnni_sub(t: DType) -> Option<usize> {
+        match t {
+            DType::Q5_0 | DType::Q5_1 | DType::Q5K => Some(32),
+            _ => crate::kernels::gemm_q8::sub_size(t),
+        }
+    }
+
+    /// The unpackers for [`vnni_sub`]'s sub-blocks.
+    fn vnni_unpack(t: DType) -> Option<crate::kernels::gemm_q8::UnpackFn> {
+        crate::kernels::gemm_q8_unpack::unpack_s32(t).or_else(|| unpack(t))
     }
 
     /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values.
