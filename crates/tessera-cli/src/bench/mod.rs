@@ -8,7 +8,7 @@
 //! second, as ggml prints it).
 //!
 //! A ratio to ggml is printed only against ggml measured live on the same
-//! machine, interleaved op by op (`--ggml`, see `ggml_live`). Without it,
+//! machine, interleaved case by case (`--ggml`, see `ggml_live`). Without it,
 //! CPU lines carry ggml's figure recorded on another machine (`anchors`),
 //! marked `*` and explained in a footnote under the header, with no ratio:
 //! these shared machines differ and drift by 10-30 %, so a ratio to a
@@ -59,7 +59,7 @@ pub struct OpsArgs {
     #[arg(long)]
     limits: bool,
     /// A ggml `test-backend-ops` binary (see `scripts/ggml-bench/build.sh`)
-    /// to measure live, interleaved op by op with Tessera: the only
+    /// to measure live, interleaved case by case with Tessera: the only
     /// comparison printed as a ratio (without it, ggml's figures recorded on
     /// another machine are shown for reference, labelled, with no ratio).
     #[arg(long)]
@@ -114,7 +114,7 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     };
     let ggml_note = match &args.ggml {
         Some(bin) => format!(
-            "; ggml live = {} perf on this machine, same threads, interleaved op by op, \
+            "; ggml live = {} perf on this machine, same threads, interleaved case by case, \
              ratio = ggml time / Tessera time",
             bin.display()
         ),
@@ -141,36 +141,29 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
         recorded,
         limits,
     };
-    // Op by op: ggml live (if given), then Tessera's cases of that op.
-    let mut i = 0;
-    while i < cases.len() {
-        let op = ggml_live::op_of(&cases[i].ggml).to_string();
-        let group: Vec<&PerfCase> = cases[i..]
-            .iter()
-            .take_while(|c| ggml_live::op_of(&c.ggml) == op)
-            .collect();
-        i += group.len();
-        let live = match &args.ggml {
+    // Case by case: ggml live (if given), then Tessera on the same case
+    // right after it, so both see the same machine state (these shared
+    // machines drift within minutes).
+    for case in &cases {
+        if !case_supported(&device, case)? {
+            println!("  {}: not supported on {}", case.name, device.name());
+            continue;
+        }
+        let ggml_us = match &args.ggml {
             Some(bin) => {
-                let keys: Vec<&str> = group.iter().map(|c| c.ggml.as_str()).collect();
-                match ggml_live::measure(bin, &op, threads, &keys) {
+                let op = ggml_live::op_of(&case.ggml);
+                match ggml_live::measure(bin, op, threads, &[case.ggml.as_str()]) {
                     Ok(v) => {
-                        let missing: Vec<&str> = group
-                            .iter()
-                            .filter(|c| ggml_live::find(&v, &c.ggml).is_none())
-                            .map(|c| c.name.as_str())
-                            .collect();
-                        if !missing.is_empty() {
+                        let found = ggml_live::find(&v, &case.ggml).map(|c| c.us_per_run);
+                        if found.is_none() {
                             println!(
-                                "  ggml {op}: {} of {} cases are in {} (no ratio for {}; \
+                                "  ggml: {} is not among {}'s cases (no ratio; \
                                  scripts/ggml-bench/build.sh builds one with all of them)",
-                                group.len() - missing.len(),
-                                group.len(),
-                                bin.display(),
-                                missing.join(", ")
+                                case.name,
+                                bin.display()
                             );
                         }
-                        Some(v)
+                        found
                     }
                     Err(e) => {
                         println!("  ggml {op}: {e}");
@@ -180,27 +173,17 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
             }
             None => None,
         };
-        for case in group {
-            if !case_supported(&device, case)? {
-                println!("  {}: not supported on {}", case.name, device.name());
-                continue;
-            }
-            let ggml_us = live
-                .as_deref()
-                .and_then(|v| ggml_live::find(v, &case.ggml))
-                .map(|c| c.us_per_run);
-            match run_case(&device, stream.as_ref(), case, &opts, ggml_us) {
-                Ok(line) => println!("{line}"),
-                Err(e) => println!("  {}: failed: {e}", case.name),
-            }
-            if let Some(l) = &opts.limits
-                && cold::applies(case)
-            {
-                match cold::measure(&device, stream.as_ref(), case, opts.seconds, l) {
-                    Ok(line) if !line.is_empty() => println!("{line}"),
-                    Ok(_) => {}
-                    Err(e) => println!("    weights from memory: failed: {e}"),
-                }
+        match run_case(&device, stream.as_ref(), case, &opts, ggml_us) {
+            Ok(line) => println!("{line}"),
+            Err(e) => println!("  {}: failed: {e}", case.name),
+        }
+        if let Some(l) = &opts.limits
+            && cold::applies(case)
+        {
+            match cold::measure(&device, stream.as_ref(), case, opts.seconds, l) {
+                Ok(line) if !line.is_empty() => println!("{line}"),
+                Ok(_) => {}
+                Err(e) => println!("    weights from memory: failed: {e}"),
             }
         }
     }

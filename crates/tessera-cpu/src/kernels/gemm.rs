@@ -119,6 +119,11 @@ pub(crate) fn min_cols(t: DType) -> usize {
     match t {
         // Q8_0's VNNI dot-product tile matches the GEMM up to 8 columns.
         DType::Q8_0 if vnni => 9,
+        // The AVX2 dot products of Q2_K and Q3_K (16-value sub-blocks)
+        // beat the VNNI GEMM up to 8 and 12 columns (`tessera bench tune`,
+        // Xeon with AVX-512 VNNI, 2 threads).
+        DType::Q2K if vnni => 12,
+        DType::Q3K if vnni => 16,
         _ if vnni => 8,
         DType::Q6K if int => 8,
         _ if int => 10,
