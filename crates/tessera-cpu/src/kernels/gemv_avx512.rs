@@ -11,7 +11,8 @@
 //!
 //! - Floats (F32, F16 x F32, BF16 x F32, F16 x F16, BF16 x BF16): `R x C`
 //!   accumulators of 16 lanes; the last `n % 16` values use masked loads.
-//! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`].
+//! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`]; Q4_1,
+//!   Q5_0 and Q5_1 likewise in [`super::gemv_avx512_q5`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
 //! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
@@ -58,6 +59,9 @@ pub(crate) mod imp {
     use super::*;
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
+    use crate::kernels::gemv_avx512_q5::{
+        Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1, block_bytes as q5b, q5_tile,
+    };
     use crate::kernels::gemv_avx512_q8::{q4_0_tile, q8_0_tile};
 
     pub fn tile_fn(weights: DType) -> Option<TileFn> {
@@ -67,6 +71,9 @@ pub(crate) mod imp {
             DType::BF16 => bf16_safe,
             DType::Q8_0 => q8_0_safe,
             DType::Q4_0 => q4_0_safe,
+            DType::Q4_1 => q4_1_safe,
+            DType::Q5_0 => q5_0_safe,
+            DType::Q5_1 => q5_1_safe,
             _ => return None,
         })
     }
@@ -153,6 +160,57 @@ pub(crate) mod imp {
     // of the block-sum tree shared by more products; measured -15 % at n = 8).
     safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 2, 4, 4);
     safe_tile!(q4_0_safe, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4, 2, 4, 2);
+
+    /// [`q5_tile`] of one kind, in the shape [`safe_tile`] calls.
+    macro_rules! q5_kind {
+        ($name:ident, $k:expr) => {
+            /// # Safety
+            /// See [`q5_tile`].
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn $name<const R: usize, const C: usize>(
+                xs: [*const u8; R],
+                ys: [*const u8; C],
+                nb: usize,
+            ) -> [[f32; R]; C] {
+                // SAFETY: forwarded contract.
+                unsafe { q5_tile::<{ $k }, R, C>(xs, ys, nb) }
+            }
+        };
+    }
+    q5_kind!(q4_1_tile, Q5K_Q4_1);
+    q5_kind!(q5_0_tile, Q5K_Q5_0);
+    q5_kind!(q5_1_tile, Q5K_Q5_1);
+    safe_tile!(
+        q4_1_safe,
+        q4_1_tile,
+        q5b(Q5K_Q4_1).0,
+        q5b(Q5K_Q4_1).1,
+        4,
+        2,
+        4,
+        2
+    );
+    safe_tile!(
+        q5_0_safe,
+        q5_0_tile,
+        q5b(Q5K_Q5_0).0,
+        q5b(Q5K_Q5_0).1,
+        4,
+        2,
+        4,
+        2
+    );
+    safe_tile!(
+        q5_1_safe,
+        q5_1_tile,
+        q5b(Q5K_Q5_1).0,
+        q5b(Q5K_Q5_1).1,
+        4,
+        2,
+        4,
+        2
+    );
 
     /// The sum of the lanes of every accumulator (sixteen at a time through
     /// a transposing add tree when there are several: 45 instructions for

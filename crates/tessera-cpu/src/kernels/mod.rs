@@ -181,6 +181,7 @@ mod gemv_avx2_q4_0;
 mod gemv_avx2_q5;
 mod gemv_avx2_q8;
 mod gemv_avx512;
+mod gemv_avx512_q5;
 mod gemv_avx512_q8;
 pub mod glu;
 pub mod math;

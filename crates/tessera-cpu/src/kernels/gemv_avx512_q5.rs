@@ -1,0 +1,217 @@
+//! AVX-512 VNNI tile kernels for Q4_1, Q5_1 (x Q8_1) and Q5_0 (x Q8_0)
+//! weights (see [`super::gemv_avx512`] for when they run, [`super::dot_quant5`]
+//! for the layouts and [`super::gemv_avx2_q5`] for the AVX2 versions).
+//!
+//! As the Q4_0 kernel of [`super::gemv_avx512_q8`]: four blocks per
+//! register (one per 128-bit quarter), unsigned codes times signed
+//! activations by `vpdpbusd`, exact 32-bit sums per lane, one conversion
+//! and one multiply-add per register with `dx * dy` per block. The fifth
+//! bits (Q5_0, Q5_1) go into the codes through a mask register: 16 bits of
+//! each block's `qh` per quarter, `vmovdqu8` of `0x10` under that mask.
+//! Q5_0's offset 16 is removed with the activations' sums (`vpdpbusd` of
+//! 16s, once per column); Q4_1's and Q5_1's `m * s` per block are summed in
+//! f32 eight blocks at a time. Blocks past the last whole group of eight
+//! take the portable block products.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::dot_quant::Q8_0_BYTES;
+use super::dot_quant5::{
+    Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_1_BYTES, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1,
+};
+use super::gemv_avx2_q8::{prefetch, scales8};
+use super::gemv_avx512::imp::sums;
+
+/// The kinds of weights (`K`).
+pub(crate) const Q4_1: usize = 0;
+pub(crate) const Q5_0: usize = 1;
+pub(crate) const Q5_1: usize = 2;
+
+/// Weight and activation block bytes, the offset of `qh` (if any) and of
+/// `qs` in a weight block, the offset of the activation codes, and whether
+/// the type has a min.
+const fn layout(k: usize) -> (usize, usize, Option<usize>, usize, usize, bool) {
+    match k {
+        Q4_1 => (Q4_1_BYTES, Q8_1_BYTES, None, 4, 4, true),
+        Q5_0 => (Q5_0_BYTES, Q8_0_BYTES, Some(2), 6, 2, false),
+        _ => (Q5_1_BYTES, Q8_1_BYTES, Some(4), 8, 4, true),
+    }
+}
+
+/// Weight and activation block bytes of kind `k`.
+pub(crate) const fn block_bytes(k: usize) -> (usize, usize) {
+    let (xb, yb, ..) = layout(k);
+    (xb, yb)
+}
+
+/// Blocks per scale gather.
+const SB: usize = 8;
+
+/// 16 bytes at `p + off` of four consecutive blocks of `bytes` each, one
+/// per 128-bit quarter.
+///
+/// # Safety
+/// Blocks 0..4 at `p` hold `off + 16` bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn quad(p: *const u8, bytes: usize, off: usize) -> __m512i {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let v = _mm512_castsi128_si512(_mm_loadu_si128(p.add(off).cast()));
+        let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(p.add(bytes + off).cast()));
+        let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(p.add(2 * bytes + off).cast()));
+        _mm512_inserti32x4::<3>(v, _mm_loadu_si128(p.add(3 * bytes + off).cast()))
+    }
+}
+
+/// Weight rows of kind `K` x activation columns: `out[c][r] = dot(xs[r],
+/// ys[c])` over `nb` blocks.
+///
+/// # Safety
+/// Every row must hold `nb` weight blocks and every column `nb` activation
+/// blocks of kind `K`; AVX-512F/BW/VL/VNNI, AVX2, FMA and F16C present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let (xb, yb, qh_at, qs_at, yq_at, has_min) = layout(K);
+    let m4 = _mm512_set1_epi8(0xf);
+    let bit4 = _mm512_set1_epi8(0x10);
+    let sixteen = _mm512_set1_epi8(16);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); R]; C];
+    let mut accm = [[_mm256_setzero_ps(); R]; C];
+    let mut b = 0;
+    while b + SB <= nb {
+        let mut ds = [[_mm512_setzero_ps(); R]; C];
+        let mut dy = [_mm256_setzero_ps(); C];
+        let mut sy = [_mm256_setzero_ps(); C];
+        for c in 0..C {
+            // SAFETY: blocks b..b + 8 < nb of column c: d at 0, s at 2.
+            unsafe {
+                let p = ys[c].add(b * yb);
+                dy[c] = scales8(p, yb);
+                if has_min {
+                    sy[c] = scales8(p.add(2), yb);
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: blocks b..b + 8 of row r: d at 0, m at 2.
+            let (dx, mx) = unsafe {
+                let p = xs[r].add(b * xb);
+                (
+                    scales8(p, xb),
+                    if has_min {
+                        scales8(p.add(2), xb)
+                    } else {
+                        _mm256_setzero_ps()
+                    },
+                )
+            };
+            prefetch(xs[r].wrapping_add(b * xb), SB * xb + 63);
+            for c in 0..C {
+                ds[c][r] = _mm512_castps256_ps512(_mm256_mul_ps(dx, dy[c]));
+                if has_min {
+                    accm[c][r] = _mm256_fmadd_ps(mx, sy[c], accm[c][r]);
+                }
+            }
+        }
+        for i in (0..SB).step_by(4) {
+            let q = |j: i32| i as i32 + j;
+            let idx = _mm512_setr_epi32(
+                q(0),
+                q(0),
+                q(0),
+                q(0),
+                q(1),
+                q(1),
+                q(1),
+                q(1),
+                q(2),
+                q(2),
+                q(2),
+                q(2),
+                q(3),
+                q(3),
+                q(3),
+                q(3),
+            );
+            let mut ylo = [zero; C];
+            let mut yhi = [zero; C];
+            let mut yc = [zero; C];
+            for c in 0..C {
+                // SAFETY: blocks b + i..b + i + 4 <= nb of column c.
+                unsafe {
+                    let p = ys[c].add((b + i) * yb);
+                    ylo[c] = quad(p, yb, yq_at);
+                    yhi[c] = quad(p, yb, yq_at + 16);
+                }
+                if K == Q5_0 {
+                    // -16 * (sum of each 4 activations), the codes' offset.
+                    let s = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(zero, sixteen, ylo[c]),
+                        sixteen,
+                        yhi[c],
+                    );
+                    yc[c] = _mm512_sub_epi32(zero, s);
+                }
+            }
+            for r in 0..R {
+                // SAFETY: blocks b + i..b + i + 4 <= nb of row r.
+                let p = unsafe { xs[r].add((b + i) * xb) };
+                // SAFETY: as above.
+                let v = unsafe { quad(p, xb, qs_at) };
+                let mut lo = _mm512_and_si512(v, m4);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                if let Some(at) = qh_at {
+                    let (mut klo, mut khi) = (0u64, 0u64);
+                    for j in 0..4 {
+                        // SAFETY: `qh` of block b + i + j of row r.
+                        let h = unsafe { p.add(j * xb + at).cast::<u32>().read_unaligned() };
+                        klo |= u64::from(h & 0xFFFF) << (16 * j);
+                        khi |= u64::from(h >> 16) << (16 * j);
+                    }
+                    lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(klo, bit4));
+                    hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(khi, bit4));
+                }
+                for c in 0..C {
+                    let s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(yc[c], lo, ylo[c]), hi, yhi[c]);
+                    let d = _mm512_permutexvar_ps(idx, ds[c][r]);
+                    acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c][r]);
+                }
+            }
+        }
+        b += SB;
+    }
+    let mut out = sums(&acc);
+    for c in 0..C {
+        for r in 0..R {
+            if has_min {
+                let m = accm[c][r];
+                let m = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                out[c][r] += _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+            }
+            // The blocks past the last group of eight, portably.
+            let n = nb - b;
+            // SAFETY: blocks b..nb of row r and column c.
+            let (x, y) = unsafe {
+                (
+                    std::slice::from_raw_parts(xs[r].add(b * xb), n * xb),
+                    std::slice::from_raw_parts(ys[c].add(b * yb), n * yb),
+                )
+            };
+            out[c][r] += match K {
+                Q4_1 => dot_q4_1_q8_1(x, y),
+                Q5_0 => dot_q5_0_q8_0(x, y),
+                _ => dot_q5_1_q8_1(x, y),
+            };
+        }
+    }
+    out
+}
