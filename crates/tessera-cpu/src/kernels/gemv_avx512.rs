@@ -12,7 +12,7 @@
 //! - Floats (F32, F16 x F32, BF16 x F32, F16 x F16, BF16 x BF16): `R x C`
 //!   accumulators of 16 lanes; the last `n % 16` values use masked loads.
 //! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`]; Q4_1,
-//!   Q5_0 and Q5_1 likewise in [`super::gemv_avx512_q5`].
+//!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
 //! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
@@ -60,7 +60,8 @@ pub(crate) mod imp {
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
     use crate::kernels::gemv_avx512_q5::{
-        Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1, block_bytes as q5b, q5_tile,
+        IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
+        block_bytes as q5b, q5_tile,
     };
     use crate::kernels::gemv_avx512_q8::{q4_0_tile, q8_0_tile};
 
@@ -74,6 +75,7 @@ pub(crate) mod imp {
             DType::Q4_1 => q4_1_safe,
             DType::Q5_0 => q5_0_safe,
             DType::Q5_1 => q5_1_safe,
+            DType::IQ4NL => iq4_nl_safe,
             _ => return None,
         })
     }
@@ -181,36 +183,16 @@ pub(crate) mod imp {
     q5_kind!(q4_1_tile, Q5K_Q4_1);
     q5_kind!(q5_0_tile, Q5K_Q5_0);
     q5_kind!(q5_1_tile, Q5K_Q5_1);
-    safe_tile!(
-        q4_1_safe,
-        q4_1_tile,
-        q5b(Q5K_Q4_1).0,
-        q5b(Q5K_Q4_1).1,
-        4,
-        2,
-        4,
-        2
-    );
-    safe_tile!(
-        q5_0_safe,
-        q5_0_tile,
-        q5b(Q5K_Q5_0).0,
-        q5b(Q5K_Q5_0).1,
-        4,
-        2,
-        4,
-        2
-    );
-    safe_tile!(
-        q5_1_safe,
-        q5_1_tile,
-        q5b(Q5K_Q5_1).0,
-        q5b(Q5K_Q5_1).1,
-        4,
-        2,
-        4,
-        2
-    );
+    q5_kind!(iq4_nl_tile, Q5K_IQ4_NL);
+    /// Weight and activation block bytes of the [`q5_tile`] kinds.
+    const B41: (usize, usize) = q5b(Q5K_Q4_1);
+    const B50: (usize, usize) = q5b(Q5K_Q5_0);
+    const B51: (usize, usize) = q5b(Q5K_Q5_1);
+    const BNL: (usize, usize) = q5b(Q5K_IQ4_NL);
+    safe_tile!(q4_1_safe, q4_1_tile, B41.0, B41.1, 4, 2, 4, 2);
+    safe_tile!(q5_0_safe, q5_0_tile, B50.0, B50.1, 4, 2, 4, 2);
+    safe_tile!(q5_1_safe, q5_1_tile, B51.0, B51.1, 4, 2, 4, 2);
+    safe_tile!(iq4_nl_safe, iq4_nl_tile, BNL.0, BNL.1, 4, 2, 4, 2);
 
     /// The sum of the lanes of every accumulator (sixteen at a time through
     /// a transposing add tree when there are several: 45 instructions for

@@ -1,5 +1,5 @@
-//! AVX-512 VNNI tile kernels for Q4_1, Q5_1 (x Q8_1) and Q5_0 (x Q8_0)
-//! weights (see [`super::gemv_avx512`] for when they run, [`super::dot_quant5`]
+//! AVX-512 VNNI tile kernels for Q4_1, Q5_1 (x Q8_1), Q5_0 and IQ4_NL
+//! (x Q8_0) weights (see [`super::gemv_avx512`] for when they run, [`super::dot_quant5`]
 //! for the layouts and [`super::gemv_avx2_q5`] for the AVX2 versions).
 //!
 //! As the Q4_0 kernel of [`super::gemv_avx512_q8`]: four blocks per
@@ -8,8 +8,10 @@
 //! and one multiply-add per register with `dx * dy` per block. The fifth
 //! bits (Q5_0, Q5_1) go into the codes through a mask register: 16 bits of
 //! each block's `qh` per quarter, `vmovdqu8` of `0x10` under that mask.
-//! Q5_0's offset 16 is removed with the activations' sums (`vpdpbusd` of
-//! 16s, once per column); Q4_1's and Q5_1's `m * s` per block are summed in
+//! IQ4_NL's codes are its table values plus 128 (`vpshufb` of the
+//! nibbles, the table in every quarter). Q5_0's offset 16 and IQ4_NL's
+//! 128 are removed with the activations' sums (`vpdpbusd` of 16s or 128s,
+//! once per column); Q4_1's and Q5_1's `m * s` per block are summed in
 //! f32 eight blocks at a time. Blocks past the last whole group of eight
 //! take the portable block products.
 
@@ -17,6 +19,7 @@
 
 use std::arch::x86_64::*;
 
+use super::dot_iq4::{IQ4_NL_BYTES, dot_iq4_nl_q8_0};
 use super::dot_quant::Q8_0_BYTES;
 use super::dot_quant5::{
     Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_1_BYTES, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1,
@@ -28,6 +31,7 @@ use super::gemv_avx512::imp::sums;
 pub(crate) const Q4_1: usize = 0;
 pub(crate) const Q5_0: usize = 1;
 pub(crate) const Q5_1: usize = 2;
+pub(crate) const IQ4_NL: usize = 3;
 
 /// Weight and activation block bytes, the offset of `qh` (if any) and of
 /// `qs` in a weight block, the offset of the activation codes, and whether
@@ -36,6 +40,7 @@ const fn layout(k: usize) -> (usize, usize, Option<usize>, usize, usize, bool) {
     match k {
         Q4_1 => (Q4_1_BYTES, Q8_1_BYTES, None, 4, 4, true),
         Q5_0 => (Q5_0_BYTES, Q8_0_BYTES, Some(2), 6, 2, false),
+        IQ4_NL => (IQ4_NL_BYTES, Q8_0_BYTES, None, 2, 2, false),
         _ => (Q5_1_BYTES, Q8_1_BYTES, Some(4), 8, 4, true),
     }
 }
@@ -81,7 +86,14 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
     let (xb, yb, qh_at, qs_at, yq_at, has_min) = layout(K);
     let m4 = _mm512_set1_epi8(0xf);
     let bit4 = _mm512_set1_epi8(0x10);
-    let sixteen = _mm512_set1_epi8(16);
+    // The codes' offset, removed with the activations' sums.
+    let offset = _mm512_set1_epi8(if K == IQ4_NL { -128 } else { 16 });
+    let mut codes = [0u8; 16];
+    for (c, &v) in codes.iter_mut().zip(&tessera::quant::KVALUES_IQ4NL) {
+        *c = (v as u8) ^ 0x80;
+    }
+    // SAFETY: 16 readable bytes.
+    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(codes.as_ptr().cast()) });
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     let mut accm = [[_mm256_setzero_ps(); R]; C];
@@ -151,11 +163,11 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
                     ylo[c] = quad(p, yb, yq_at);
                     yhi[c] = quad(p, yb, yq_at + 16);
                 }
-                if K == Q5_0 {
-                    // -16 * (sum of each 4 activations), the codes' offset.
+                if K == Q5_0 || K == IQ4_NL {
+                    // -offset * (sum of each 4 activations).
                     let s = _mm512_dpbusd_epi32(
-                        _mm512_dpbusd_epi32(zero, sixteen, ylo[c]),
-                        sixteen,
+                        _mm512_dpbusd_epi32(zero, offset, ylo[c]),
+                        offset,
                         yhi[c],
                     );
                     yc[c] = _mm512_sub_epi32(zero, s);
@@ -168,6 +180,10 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
                 let v = unsafe { quad(p, xb, qs_at) };
                 let mut lo = _mm512_and_si512(v, m4);
                 let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                if K == IQ4_NL {
+                    lo = _mm512_shuffle_epi8(table, lo);
+                    hi = _mm512_shuffle_epi8(table, hi);
+                }
                 if let Some(at) = qh_at {
                     let (mut klo, mut khi) = (0u64, 0u64);
                     for j in 0..4 {
@@ -209,6 +225,7 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
             out[c][r] += match K {
                 Q4_1 => dot_q4_1_q8_1(x, y),
                 Q5_0 => dot_q5_0_q8_0(x, y),
+                IQ4_NL => dot_iq4_nl_q8_0(x, y),
                 _ => dot_q5_1_q8_1(x, y),
             };
         }
