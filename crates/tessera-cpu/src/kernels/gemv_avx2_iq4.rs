@@ -54,7 +54,7 @@ mod imp {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod imp {
+pub(crate) mod imp {
     use std::arch::x86_64::*;
 
     use tessera::quant::KVALUES_IQ4NL;
@@ -65,8 +65,8 @@ mod imp {
     use crate::kernels::gemv_avx2_q8::prefetch;
 
     /// The kinds of weights (`K`).
-    const NL: usize = 0;
-    const XS: usize = 1;
+    pub(crate) const NL: usize = 0;
+    pub(crate) const XS: usize = 1;
 
     /// `(weight block bytes, activation block bytes)` of kind `K`.
     const fn layout(k: usize) -> (usize, usize) {
@@ -227,7 +227,7 @@ mod imp {
     /// Every `xs[r]` must hold `nb` weight blocks and every `ys[c]` `nb`
     /// activation blocks of kind `K`; the CPU must have AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const K: usize, const R: usize, const C: usize>(
+    pub(crate) unsafe fn tile<const K: usize, const R: usize, const C: usize>(
         xs: [*const u8; R],
         ys: [*const u8; C],
         nb: usize,

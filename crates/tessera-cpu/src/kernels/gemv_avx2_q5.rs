@@ -57,7 +57,7 @@ mod imp {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod imp {
+pub(crate) mod imp {
     use std::arch::x86_64::*;
 
     use super::*;
@@ -67,9 +67,9 @@ mod imp {
     use crate::kernels::gemv_avx2_q8::{block_sums, prefetch, scales_upto, scales8};
 
     /// The kinds of weights (`K`).
-    const Q5_0: usize = 0;
-    const Q4_1: usize = 1;
-    const Q5_1: usize = 2;
+    pub(crate) const Q5_0: usize = 0;
+    pub(crate) const Q4_1: usize = 1;
+    pub(crate) const Q5_1: usize = 2;
 
     /// Blocks per prefetch step.
     const SB: usize = 8;
@@ -253,7 +253,7 @@ mod imp {
     /// Every `xs[r]` must hold `nb` weight blocks and every `ys[c]` `nb`
     /// activation blocks of kind `K`; the CPU must have AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const K: usize, const R: usize, const C: usize>(
+    pub(crate) unsafe fn tile<const K: usize, const R: usize, const C: usize>(
         xs: [*const u8; R],
         ys: [*const u8; C],
         nb: usize,

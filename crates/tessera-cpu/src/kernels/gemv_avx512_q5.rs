@@ -13,17 +13,17 @@
 //! 128 are removed with the activations' sums (`vpdpbusd` of 16s or 128s,
 //! once per column); Q4_1's and Q5_1's `m * s` per block are summed in
 //! f32 eight blocks at a time. Blocks past the last whole group of eight
-//! take the portable block products.
+//! take the AVX2 tile (one partial group).
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::dot_iq4::{IQ4_NL_BYTES, dot_iq4_nl_q8_0};
+use super::dot_iq4::IQ4_NL_BYTES;
 use super::dot_quant::Q8_0_BYTES;
-use super::dot_quant5::{
-    Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_1_BYTES, dot_q4_1_q8_1, dot_q5_0_q8_0, dot_q5_1_q8_1,
-};
+use super::dot_quant5::{Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_1_BYTES};
+use super::gemv_avx2_iq4::imp as iq4_avx2;
+use super::gemv_avx2_q5::imp as q5_avx2;
 use super::gemv_avx2_q8::{prefetch, scales8};
 use super::gemv_avx512::imp::sums;
 
@@ -213,21 +213,29 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
                 let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
                 out[c][r] += _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
             }
-            // The blocks past the last group of eight, portably.
-            let n = nb - b;
-            // SAFETY: blocks b..nb of row r and column c.
-            let (x, y) = unsafe {
-                (
-                    std::slice::from_raw_parts(xs[r].add(b * xb), n * xb),
-                    std::slice::from_raw_parts(ys[c].add(b * yb), n * yb),
-                )
-            };
-            out[c][r] += match K {
-                Q4_1 => dot_q4_1_q8_1(x, y),
-                Q5_0 => dot_q5_0_q8_0(x, y),
-                IQ4_NL => dot_iq4_nl_q8_0(x, y),
-                _ => dot_q5_1_q8_1(x, y),
-            };
+        }
+    }
+    // The blocks past the last group of eight (short rows have a large
+    // share of them: Gemma 3's 640 values are 20 blocks), by the AVX2
+    // tile, which takes a partial group at once.
+    let n = nb - b;
+    if n > 0 {
+        // SAFETY: blocks b..nb of every row and column (the caller's
+        // contract); AVX2, FMA and F16C present.
+        let t = unsafe {
+            let xt = xs.map(|x| x.add(b * xb));
+            let yt = ys.map(|y| y.add(b * yb));
+            match K {
+                Q4_1 => q5_avx2::tile::<{ q5_avx2::Q4_1 }, R, C>(xt, yt, n),
+                Q5_0 => q5_avx2::tile::<{ q5_avx2::Q5_0 }, R, C>(xt, yt, n),
+                IQ4_NL => iq4_avx2::tile::<{ iq4_avx2::NL }, R, C>(xt, yt, n),
+                _ => q5_avx2::tile::<{ q5_avx2::Q5_1 }, R, C>(xt, yt, n),
+            }
+        };
+        for (o, t) in out.iter_mut().zip(t) {
+            for (o, t) in o.iter_mut().zip(t) {
+                *o += t;
+            }
         }
     }
     out

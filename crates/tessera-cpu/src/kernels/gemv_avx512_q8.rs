@@ -153,39 +153,27 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
         b += SB;
     }
     let mut out = sums(&acc);
-    // The last blocks, with the portable arithmetic of one block.
-    for b in b..nb {
-        for c in 0..C {
-            for r in 0..R {
-                // SAFETY: block b < nb of row r and column c.
-                unsafe {
-                    out[c][r] += block_dot_q8(xs[r].add(b * Q8_0_BYTES), ys[c].add(b * Q8_0_BYTES));
-                }
+    // The last blocks (fewer than eight; a large share of short rows, such
+    // as Gemma 3's 20-block rows of its output matrix) by the AVX2 tile,
+    // which takes them as one partial group.
+    let n = nb - b;
+    if n > 0 {
+        // SAFETY: blocks b..nb of every row and column (the caller's
+        // contract); AVX2, FMA and F16C present.
+        let t = unsafe {
+            super::gemv_avx2_q8::q8_0_tile::<R, C>(
+                xs.map(|x| x.add(b * Q8_0_BYTES)),
+                ys.map(|y| y.add(b * Q8_0_BYTES)),
+                n,
+            )
+        };
+        for (o, t) in out.iter_mut().zip(t) {
+            for (o, t) in o.iter_mut().zip(t) {
+                *o += t;
             }
         }
     }
     out
-}
-
-/// One Q8_0 x Q8_0 block product.
-///
-/// # Safety
-/// Both blocks must be readable.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn block_dot_q8(x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        let qx = _mm256_loadu_si256(x.add(2).cast());
-        let qy = _mm256_loadu_si256(y.add(2).cast());
-        let s = _mm256_dpbusd_epi32(
-            _mm256_setzero_si256(),
-            _mm256_sign_epi8(qx, qx),
-            _mm256_sign_epi8(qy, qx),
-        );
-        let s = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)) as f32;
-        s * f16c_pair(x, y)
-    }
 }
 
 /// `f16 at x * f16 at y`.
