@@ -26,6 +26,7 @@ use super::gemv_avx2_iq4::imp as iq4_avx2;
 use super::gemv_avx2_q5::imp as q5_avx2;
 use super::gemv_avx2_q8::{prefetch, scales8};
 use super::gemv_avx512::imp::sums;
+use super::gemv_avx512_q8::{quad, quarter_index};
 
 /// The kinds of weights (`K`).
 pub(crate) const Q4_1: usize = 0;
@@ -53,23 +54,6 @@ pub(crate) const fn block_bytes(k: usize) -> (usize, usize) {
 
 /// Blocks per scale gather.
 const SB: usize = 8;
-
-/// 16 bytes at `p + off` of four consecutive blocks of `bytes` each, one
-/// per 128-bit quarter.
-///
-/// # Safety
-/// Blocks 0..4 at `p` hold `off + 16` bytes.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn quad(p: *const u8, bytes: usize, off: usize) -> __m512i {
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        let v = _mm512_castsi128_si512(_mm_loadu_si128(p.add(off).cast()));
-        let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(p.add(bytes + off).cast()));
-        let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(p.add(2 * bytes + off).cast()));
-        _mm512_inserti32x4::<3>(v, _mm_loadu_si128(p.add(3 * bytes + off).cast()))
-    }
-}
 
 /// Weight rows of kind `K` x activation columns: `out[c][r] = dot(xs[r],
 /// ys[c])` over `nb` blocks.
@@ -134,25 +118,7 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
             }
         }
         for i in (0..SB).step_by(4) {
-            let q = |j: i32| i as i32 + j;
-            let idx = _mm512_setr_epi32(
-                q(0),
-                q(0),
-                q(0),
-                q(0),
-                q(1),
-                q(1),
-                q(1),
-                q(1),
-                q(2),
-                q(2),
-                q(2),
-                q(2),
-                q(3),
-                q(3),
-                q(3),
-                q(3),
-            );
+            let idx = quarter_index(i);
             let mut ylo = [zero; C];
             let mut yhi = [zero; C];
             let mut yc = [zero; C];

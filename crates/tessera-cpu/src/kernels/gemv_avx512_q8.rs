@@ -194,6 +194,50 @@ unsafe fn f16c_pair(x: *const u8, y: *const u8) -> f32 {
     _mm_cvtss_f32(v) * _mm_cvtss_f32(_mm_movehdup_ps(v))
 }
 
+/// 16 bytes at `p + off` of four consecutive blocks of `bytes` each, one
+/// per 128-bit quarter.
+///
+/// # Safety
+/// Blocks 0..4 at `p` hold `off + 16` bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn quad(p: *const u8, bytes: usize, off: usize) -> __m512i {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let v = _mm512_castsi128_si512(_mm_loadu_si128(p.add(off).cast()));
+        let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(p.add(bytes + off).cast()));
+        let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(p.add(2 * bytes + off).cast()));
+        _mm512_inserti32x4::<3>(v, _mm_loadu_si128(p.add(3 * bytes + off).cast()))
+    }
+}
+
+/// Lane indices putting block scale `i + q` (of eight in the low lanes)
+/// in every lane of quarter `q`: the scales of the four blocks [`quad`]
+/// loads from block `i` on.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn quarter_index(i: usize) -> __m512i {
+    let q = |j: usize| (i + j) as i32;
+    _mm512_setr_epi32(
+        q(0),
+        q(0),
+        q(0),
+        q(0),
+        q(1),
+        q(1),
+        q(1),
+        q(1),
+        q(2),
+        q(2),
+        q(2),
+        q(2),
+        q(3),
+        q(3),
+        q(3),
+        q(3),
+    )
+}
+
 /// Q4_0 rows x Q8_0 columns, four blocks per register.
 ///
 /// # Safety
@@ -209,18 +253,6 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
     let eight = _mm512_set1_epi8(8);
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); R]; C];
-    // 16 bytes at `p + off` of four consecutive blocks of `bytes` each,
-    // one per 128-bit quarter.
-    let quad = |p: *const u8, bytes: usize, off: usize| -> __m512i {
-        // SAFETY: the callers pass block b of a row with blocks b + 1..b + 4
-        // after it; `off + 16` is inside a block.
-        unsafe {
-            let v = _mm512_castsi128_si512(_mm_loadu_si128(p.add(off).cast()));
-            let v = _mm512_inserti32x4::<1>(v, _mm_loadu_si128(p.add(bytes + off).cast()));
-            let v = _mm512_inserti32x4::<2>(v, _mm_loadu_si128(p.add(2 * bytes + off).cast()));
-            _mm512_inserti32x4::<3>(v, _mm_loadu_si128(p.add(3 * bytes + off).cast()))
-        }
-    };
     let mut b = 0;
     while b + SB <= nb {
         // SAFETY: blocks b..b + 8 < nb exist in every row and column.
@@ -229,33 +261,15 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
             prefetch(x.wrapping_add(b * Q4_0_BYTES), SB * Q4_0_BYTES + 63);
         }
         for i in (0..SB).step_by(4) {
-            let q = |j: i32| i as i32 + j;
-            let idx = _mm512_setr_epi32(
-                q(0),
-                q(0),
-                q(0),
-                q(0),
-                q(1),
-                q(1),
-                q(1),
-                q(1),
-                q(2),
-                q(2),
-                q(2),
-                q(2),
-                q(3),
-                q(3),
-                q(3),
-                q(3),
-            );
+            let idx = quarter_index(i);
             let mut ylo = [zero; C];
             let mut yhi = [zero; C];
             let mut yc = [zero; C];
             for c in 0..C {
                 // SAFETY: blocks b + i..b + i + 4 <= nb of column c.
                 let p = unsafe { ys[c].add((b + i) * Q8_0_BYTES) };
-                ylo[c] = quad(p, Q8_0_BYTES, 2);
-                yhi[c] = quad(p, Q8_0_BYTES, 18);
+                // SAFETY: as above.
+                (ylo[c], yhi[c]) = unsafe { (quad(p, Q8_0_BYTES, 2), quad(p, Q8_0_BYTES, 18)) };
                 // -8 * (sum of each 4 activations), the nibbles' offset.
                 let s8 =
                     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, ylo[c]), eight, yhi[c]);
@@ -263,7 +277,8 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
             }
             for r in 0..R {
                 // SAFETY: blocks b + i..b + i + 4 <= nb of row r.
-                let v = quad(unsafe { xs[r].add((b + i) * Q4_0_BYTES) }, Q4_0_BYTES, 2);
+                // SAFETY: blocks b + i..b + i + 4 <= nb of row r.
+                let v = unsafe { quad(xs[r].add((b + i) * Q4_0_BYTES), Q4_0_BYTES, 2) };
                 let lo = _mm512_and_si512(v, m4);
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
                 for c in 0..C {
