@@ -255,6 +255,10 @@ fn tune_type(t: &Tuner, ty: DType, families: &[Isa]) -> Result<TypeTuning> {
     }
     if !c.is_empty() {
         (v.gemm, v.gemm_int) = pick(&c);
+        // The best family is the default: no setting for it.
+        if v.gemm == families.last().copied() {
+            v.gemm = None;
+        }
         line += &format!(
             " gemm {}{} ({:.2} ms),",
             v.gemm.unwrap_or(families[families.len() - 1]).name(),
