@@ -67,21 +67,9 @@ pub fn measure(
         placement.bind(&g, id, t)?;
     }
     // As the cached measurement: every node writes the same output memory.
-    let outs: Vec<TensorId> = g
-        .op_ids()
-        .filter(|&id| !g.nodes()[id.index()].is_view())
-        .collect();
-    let Some(&first) = outs.first() else {
+    let Some(_out_set) = super::bind_shared_output(device, &g, &mut placement)? else {
         return Ok(String::new());
     };
-    let out_set = alloc_tensors(
-        &device.buffer_type(),
-        &[g.nodes()[first.index()].layout],
-        BufferUsage::Compute,
-    )?;
-    for &id in &outs {
-        placement.bind(&g, id, &out_set.tensors[0])?;
-    }
     let (secs, iters) = super::time_graph(stream, &g, &placement, seconds)?;
     let us = secs * 1e6 / (iters * copies) as f64;
     let gbs = wb / (us * 1e-6) / 1e9;

@@ -244,27 +244,7 @@ impl Prepared {
             fill::fill(t, l.fill)?;
             placement.bind(&graph, id, t)?;
         }
-        // As test-backend-ops (which adds the same node n_runs times), every
-        // duplicate writes the same output memory; ops that write into a
-        // source (CPY) are views of it already.
-        let outs: Vec<TensorId> = graph
-            .op_ids()
-            .filter(|&id| !graph.nodes()[id.index()].is_view())
-            .collect();
-        let out = match outs.first() {
-            Some(&first) => {
-                let set = alloc_tensors(
-                    &device.buffer_type(),
-                    &[graph.nodes()[first.index()].layout],
-                    BufferUsage::Compute,
-                )?;
-                for &id in &outs {
-                    placement.bind(&graph, id, &set.tensors[0])?;
-                }
-                Some(set)
-            }
-            None => None,
-        };
+        let out = bind_shared_output(device, &graph, &mut placement)?;
         placement.place_views(&graph)?;
         Ok(Prepared {
             graph,
@@ -273,6 +253,32 @@ impl Prepared {
             _out: out,
         })
     }
+}
+
+/// As test-backend-ops (which adds the same node n_runs times): every op
+/// node of `graph` writes the same output memory, allocated here (`None`:
+/// no op node); ops that write into a source (CPY) are views of it already.
+fn bind_shared_output(
+    device: &Arc<dyn Device>,
+    graph: &Graph,
+    placement: &mut Placement,
+) -> Result<Option<tessera::TensorSet>> {
+    let outs: Vec<TensorId> = graph
+        .op_ids()
+        .filter(|&id| !graph.nodes()[id.index()].is_view())
+        .collect();
+    let Some(&first) = outs.first() else {
+        return Ok(None);
+    };
+    let set = alloc_tensors(
+        &device.buffer_type(),
+        &[graph.nodes()[first.index()].layout],
+        BufferUsage::Compute,
+    )?;
+    for &id in &outs {
+        placement.bind(graph, id, &set.tensors[0])?;
+    }
+    Ok(Some(set))
 }
 
 fn run_case(
