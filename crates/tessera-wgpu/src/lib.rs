@@ -27,6 +27,8 @@ pub mod event;
 pub mod family;
 mod params;
 mod pipelines;
+#[cfg(test)]
+mod rounding_tests;
 mod staging;
 pub mod stream;
 pub mod support;

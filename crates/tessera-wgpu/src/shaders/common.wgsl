@@ -47,6 +47,84 @@ fn nofma(x: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(x) ^ P.off2.z);
 }
 
+// `x - q y` where that difference is representable, without an FMA (WGSL
+// lets an adapter compute fma() with two roundings): Dekker's exact product
+// `q y = p + e` from Veltkamp's splits, then `(x - p) - e`, where `x - p`
+// is exact (Sterbenz: x and p are within a factor of two). nofma() keeps
+// the compiler from fusing the products into the sums.
+fn residual(x: f32, q: f32, y: f32) -> f32 {
+    let p = nofma(q * y);
+    let cq = nofma(4097.0 * q);
+    let qh = cq - (cq - q);
+    let ql = q - qh;
+    let cy = nofma(4097.0 * y);
+    let yh = cy - (cy - y);
+    let yl = y - yh;
+    let e = ((nofma(qh * yh) - p) + nofma(qh * yl) + nofma(ql * yh)) + nofma(ql * yl);
+    return (x - p) - e;
+}
+
+// `a / b` rounded to nearest like the host's IEEE division. An adapter's
+// division may be a few ulp off (Vulkan allows 2.5 ulp; NVIDIA's is a
+// reciprocal times `a`), and the quantizers' searches compare quotients: one
+// ulp can pick another candidate than the host. The residual `a - q b` of a
+// candidate `q` within a few ulp of `a / b` is exact (`residual`), and the true
+// quotient is past the midpoint to the next float exactly when the residual
+// exceeds `b` times half that ulp (no quotient of two floats lies on a
+// midpoint). Outside [2^-40, 2^40] (never in the quantizers' data) the
+// adapter's quotient is returned.
+fn div_rn(a: f32, b: f32) -> f32 {
+    return div_fix(a, b, a / b);
+}
+
+// `q0`, an approximation of `a / b` within a few ulp, made the rounded quotient.
+fn div_fix(a: f32, b: f32, q0: f32) -> f32 {
+    let x = abs(a);
+    let y = abs(b);
+    var q = abs(q0);
+    if (!(q > 9.1e-13 && q < 1.0e12 && y > 9.1e-13 && y < 1.0e12)) {
+        return q0;
+    }
+    for (var i = 0; i < 3; i = i + 1) {
+        let up = bitcast<f32>(bitcast<u32>(q) + 1u) - q;
+        let dn = q - bitcast<f32>(bitcast<u32>(q) - 1u);
+        let r = residual(x, q, y);
+        if (r > 0.5 * (y * up)) {
+            q = q + up;
+        } else if (r < -0.5 * (y * dn)) {
+            q = q - dn;
+        }
+    }
+    return select(q, -q, q0 < 0.0);
+}
+
+// sqrt(x) rounded to nearest like the host's, by the same residual test:
+// with `u` the ulp above `s`, sqrt(x) is past the midpoint `s + u/2` exactly
+// when `x - s^2 > s u` (both sides are whole multiples of u^2 there); below
+// `s - d/2` exactly when `x - s^2 <= -s d`.
+fn sqrt_rn(x: f32) -> f32 {
+    return sqrt_fix(x, sqrt(x));
+}
+
+// `s0`, an approximation of sqrt(x) within a few ulp, made the rounded root.
+fn sqrt_fix(x: f32, s0: f32) -> f32 {
+    var s = s0;
+    if (!(x > 9.1e-13 && x < 1.0e12)) {
+        return s;
+    }
+    for (var i = 0; i < 3; i = i + 1) {
+        let up = bitcast<f32>(bitcast<u32>(s) + 1u) - s;
+        let dn = s - bitcast<f32>(bitcast<u32>(s) - 1u);
+        let r = residual(x, s, s);
+        if (r > s * up) {
+            s = s + up;
+        } else if (r <= -(s * dn)) {
+            s = s - dn;
+        }
+    }
+    return s;
+}
+
 // ggml's kvalues_iq4nl: the value a 4-bit IQ4_NL / IQ4_XS index stands for.
 fn kvalue_iq4nl(i: u32) -> f32 {
     var t = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,

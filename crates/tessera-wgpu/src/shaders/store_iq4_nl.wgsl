@@ -1,7 +1,7 @@
 // store_iq4_nl.wgsl: quantize qbuf[0..32] into the IQ4_NL block at `blk` of
 // `d`, as ggml's quantize_row_iq4_nl_ref (quantize_row_iq4_nl_impl with
 // ntry = -1, weights x * x): d = max / -127, nearest table values, then
-// the least-squares scale sumqx / sumq2; the indices of that first pass.
+// the least-squares scale div_rn(sumqx, sumq2); the indices of that first pass.
 // A block whose largest magnitude is below GROUP_MAX_EPS gets d = 0 and
 // index 8 everywhere, as Tessera's host quantizer (ggml leaves stale
 // indices there). Products the host rounds before an addition or a
@@ -46,7 +46,7 @@ fn store_iq4_nl(blk: u32) {
             kl[k] = 8u;
         }
     } else {
-        let id = 1.0 / (mx / -127.0);
+        let id = div_rn(1.0, div_rn(mx, -127.0));
         var sumqx = 0.0;
         var sumq2 = 0.0;
         for (var k = 0u; k < 32u; k = k + 1u) {
@@ -58,7 +58,7 @@ fn store_iq4_nl(blk: u32) {
             sumqx = sumqx + nofma(wq * x);
             sumq2 = sumq2 + nofma(wq * q);
         }
-        dd = select(0.0, sumqx / sumq2, sumq2 > 0.0);
+        dd = select(0.0, div_rn(sumqx, sumq2), sumq2 > 0.0);
     }
     d_sh(blk, f32_to_f16(dd));
     for (var k = 0u; k < 16u; k = k + 1u) {

@@ -68,13 +68,13 @@ fn iq4_scale(ib: u32) -> f32 {
     if (amax < 1e-15) {
         return 0.0;
     }
-    let s0 = iq4_sums(base, 1.0 / (-mx / -127.0));
-    var d = select(0.0, s0.x / s0.y, s0.y > 0.0);
+    let s0 = iq4_sums(base, div_rn(1.0, div_rn(-mx, -127.0)));
+    var d = select(0.0, div_rn(s0.x, s0.y), s0.y > 0.0);
     var best = d * s0.x;
     for (var itry = -7; itry <= i32(rt(7u)); itry = itry + 1) {
-        let s = iq4_sums(base, f32(itry - 127) / mx);
+        let s = iq4_sums(base, div_rn(f32(itry - 127), mx));
         if (s.y > 0.0 && s.x * s.x > best * s.y) {
-            d = s.x / s.y;
+            d = div_rn(s.x, s.y);
             best = d * s.x;
         }
     }
@@ -93,14 +93,14 @@ fn store_iq4_xs(blk: u32) {
             max_scale = s;
         }
     }
-    let d = -max_scale / 32.0;
-    let id = select(0.0, 1.0 / d, d != 0.0);
+    let d = div_rn(-max_scale, 32.0);
+    let id = select(0.0, div_rn(1.0, d), d != 0.0);
     d_sh(blk, f32_to_f16(d));
     var sh = 0u;
     for (var ib = 0u; ib < rt(8u); ib = ib + 1u) {
         let l = clamp(nearest_int(nofma(id * scales[ib])), -32, 31);
         let dl = d * f32(l);
-        let idl = select(0.0, 1.0 / dl, dl != 0.0);
+        let idl = select(0.0, div_rn(1.0, dl), dl != 0.0);
         let lu = u32(l + 32);
         sh = sh | ((lu >> 4u) << (2u * ib));
         if (ib % 2u == 1u) {

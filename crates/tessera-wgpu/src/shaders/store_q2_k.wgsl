@@ -48,8 +48,8 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         }
         return vec2<f32>(0.0, -mn);
     }
-    var iscale = 3.0 / (mx - mn);
-    var scale = 1.0 / iscale;
+    var iscale = div_rn(3.0, mx - mn);
+    var scale = div_rn(1.0, iscale);
     var best_error = 0.0;
     for (var k = 0u; k < rt(16u); k = k + 1u) {
         let xi = qbuf[base + k];
@@ -59,7 +59,7 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         best_error = best_error + nofma(kw[k] * abs(diff));
     }
     for (var is = 0; is <= i32(rt(15u)); is = is + 1) {
-        iscale = ((-0.5 + nofma(0.1 * f32(is))) + 3.0) / (mx - mn);
+        iscale = div_rn((-0.5 + nofma(0.1 * f32(is))) + 3.0, mx - mn);
         var sum_l = 0.0;
         var sum_l2 = 0.0;
         var sum_xl = 0.0;
@@ -74,11 +74,11 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         }
         let dd = nofma(sum_w * sum_l2) - nofma(sum_l * sum_l);
         if (dd > 0.0) {
-            var this_scale = (nofma(sum_w * sum_xl) - nofma(sum_x * sum_l)) / dd;
-            var this_min = (nofma(sum_l2 * sum_x) - nofma(sum_l * sum_xl)) / dd;
+            var this_scale = div_rn(nofma(sum_w * sum_xl) - nofma(sum_x * sum_l), dd);
+            var this_min = div_rn(nofma(sum_l2 * sum_x) - nofma(sum_l * sum_xl), dd);
             if (this_min > 0.0) {
                 this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+                this_scale = div_rn(sum_xl, sum_l2);
             }
             var cur_error = 0.0;
             for (var k = 0u; k < rt(16u); k = k + 1u) {
@@ -121,18 +121,18 @@ fn store_q2_k(blk: u32) {
     var d = 0u;
     var dmin = 0u;
     if (max_scale > 0.0) {
-        let iscale = 15.0 / max_scale;
+        let iscale = div_rn(15.0, max_scale);
         for (var j = 0u; j < rt(16u); j = j + 1u) {
             sc[j] = bitcast<u32>(nearest_int(nofma(iscale * scales[j]))) & 0xffu;
         }
-        d = f32_to_f16(max_scale / 15.0);
+        d = f32_to_f16(div_rn(max_scale, 15.0));
     }
     if (max_min > 0.0) {
-        let iscale = 15.0 / max_min;
+        let iscale = div_rn(15.0, max_min);
         for (var j = 0u; j < rt(16u); j = j + 1u) {
             sc[j] = (sc[j] | (bitcast<u32>(nearest_int(nofma(iscale * mins[j]))) << 4u)) & 0xffu;
         }
-        dmin = f32_to_f16(max_min / 15.0);
+        dmin = f32_to_f16(div_rn(max_min, 15.0));
     }
     let df = f16_to_f32(d);
     let dminf = f16_to_f32(dmin);
@@ -143,7 +143,7 @@ fn store_q2_k(blk: u32) {
         }
         let dm = dminf * f32(sc[j] >> 4u);
         for (var k = 0u; k < rt(16u); k = k + 1u) {
-            kl[16u * j + k] = u32(clamp(nearest_int((qbuf[16u * j + k] + dm) / dd), 0, 3));
+            kl[16u * j + k] = u32(clamp(nearest_int(div_rn(qbuf[16u * j + k] + dm, dd)), 0, 3));
         }
     }
     for (var j = 0u; j < rt(16u); j = j + 1u) {

@@ -37,7 +37,7 @@ fn make_q3(j: u32) -> f32 {
         }
         return 0.0;
     }
-    let iscale = -4.0 / mx;
+    let iscale = div_rn(-4.0, mx);
     var sumlx = 0.0;
     var suml2 = 0.0;
     for (var k = 0u; k < rt(16u); k = k + 1u) {
@@ -57,7 +57,7 @@ fn make_q3(j: u32) -> f32 {
             var slx = sumlx - nofma(nofma(w * xi) * lf);
             if (slx > 0.0) {
                 var sl2 = suml2 - nofma(nofma(w * lf) * lf);
-                let new_l = clamp(nearest_int(nofma(xi * sl2) / slx), -4, 3);
+                let new_l = clamp(nearest_int(div_rn(nofma(xi * sl2), slx)), -4, 3);
                 if (new_l != kq[base + k]) {
                     let nf = f32(new_l);
                     slx = slx + nofma(nofma(w * xi) * nf);
@@ -78,7 +78,7 @@ fn make_q3(j: u32) -> f32 {
     for (var k = 0u; k < rt(16u); k = k + 1u) {
         kq[base + k] = kq[base + k] + 4;
     }
-    return select(0.0, sumlx / suml2, suml2 > 0.0);
+    return select(0.0, div_rn(sumlx, suml2), suml2 > 0.0);
 }
 
 fn store_q3_k(blk: u32) {
@@ -96,7 +96,7 @@ fn store_q3_k(blk: u32) {
     var sc: array<u32, 12>;
     var d = 0u;
     if (max_scale != 0.0) {
-        let iscale = -32.0 / max_scale;
+        let iscale = div_rn(-32.0, max_scale);
         for (var j = 0u; j < rt(16u); j = j + 1u) {
             // C: int8_t l = nearest_int(...) keeps the low byte, then clamps.
             let l8 = (nearest_int(nofma(iscale * scales[j])) << 24u) >> 24u;
@@ -108,7 +108,7 @@ fn store_q3_k(blk: u32) {
             }
             sc[j % 4u + 8u] = sc[j % 4u + 8u] | ((v >> 4u) << (2u * (j / 4u)));
         }
-        d = f32_to_f16(1.0 / iscale);
+        d = f32_to_f16(div_rn(1.0, iscale));
     }
     let df = f16_to_f32(d);
     for (var j = 0u; j < rt(16u); j = j + 1u) {
@@ -119,7 +119,7 @@ fn store_q3_k(blk: u32) {
             continue;
         }
         for (var k = 0u; k < rt(16u); k = k + 1u) {
-            kq[16u * j + k] = clamp(nearest_int(qbuf[16u * j + k] / dd), -4, 3) + 4;
+            kq[16u * j + k] = clamp(nearest_int(div_rn(qbuf[16u * j + k], dd)), -4, 3) + 4;
         }
     }
     var hm: array<u32, 32>;

@@ -17,8 +17,8 @@ fn store_q4_0(blk: u32) {
             mx = qbuf[k];
         }
     }
-    let dd = mx / -8.0;
-    let id = select(0.0, 1.0 / dd, dd != 0.0);
+    let dd = div_rn(mx, -8.0);
+    let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     for (var k = 0u; k < 16u; k = k + 1u) {
         let lo = nibble_q4_0(qbuf[k] * id);

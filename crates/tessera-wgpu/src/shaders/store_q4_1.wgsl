@@ -26,8 +26,8 @@ fn nibble_q4_1(v: f32) -> u32 {
 
 fn store_q4_1(blk: u32) {
     let r = qbuf_min_max(32u);
-    let dd = (r.y - r.x) / 15.0;
-    let id = select(0.0, 1.0 / dd, dd != 0.0);
+    let dd = div_rn(r.y - r.x, 15.0);
+    let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     d_sh(blk + 2u, f32_to_f16(r.x));
     for (var k = 0u; k < 16u; k = k + 1u) {

@@ -18,8 +18,8 @@ fn store_q5_0(blk: u32) {
             mx = qbuf[k];
         }
     }
-    let dd = mx / -16.0;
-    let id = select(0.0, 1.0 / dd, dd != 0.0);
+    let dd = div_rn(mx, -16.0);
+    let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     var qh = 0u;
     for (var k = 0u; k < 16u; k = k + 1u) {

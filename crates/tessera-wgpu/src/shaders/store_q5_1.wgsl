@@ -24,8 +24,8 @@ fn code_q5_1(v: f32) -> u32 {
 
 fn store_q5_1(blk: u32) {
     let r = qbuf_min_max(32u);
-    let dd = (r.y - r.x) / 31.0;
-    let id = select(0.0, 1.0 / dd, dd != 0.0);
+    let dd = div_rn(r.y - r.x, 31.0);
+    let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     d_sh(blk + 2u, f32_to_f16(r.x));
     var qh = 0u;

@@ -49,8 +49,8 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         }
         return vec2<f32>(0.0, -mn);
     }
-    var iscale = 31.0 / (mx - mn);
-    var scale = 1.0 / iscale;
+    var iscale = div_rn(31.0, mx - mn);
+    var scale = div_rn(1.0, iscale);
     var best_error = 0.0;
     for (var k = 0u; k < rt(32u); k = k + 1u) {
         let xi = qbuf[base + k];
@@ -60,7 +60,7 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         best_error = best_error + nofma(kw[k] * (diff * diff));
     }
     for (var is = 0; is <= i32(rt(15u)); is = is + 1) {
-        iscale = ((-0.5 + nofma(0.1 * f32(is))) + 31.0) / (mx - mn);
+        iscale = div_rn((-0.5 + nofma(0.1 * f32(is))) + 31.0, mx - mn);
         var sum_l = 0.0;
         var sum_l2 = 0.0;
         var sum_xl = 0.0;
@@ -75,11 +75,11 @@ fn make_qkx2(j: u32) -> vec2<f32> {
         }
         let dd = nofma(sum_w * sum_l2) - nofma(sum_l * sum_l);
         if (dd > 0.0) {
-            var this_scale = (nofma(sum_w * sum_xl) - nofma(sum_x * sum_l)) / dd;
-            var this_min = (nofma(sum_l2 * sum_x) - nofma(sum_l * sum_xl)) / dd;
+            var this_scale = div_rn(nofma(sum_w * sum_xl) - nofma(sum_x * sum_l), dd);
+            var this_min = div_rn(nofma(sum_l2 * sum_x) - nofma(sum_l * sum_xl), dd);
             if (this_min > 0.0) {
                 this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+                this_scale = div_rn(sum_xl, sum_l2);
             }
             var cur_error = 0.0;
             for (var k = 0u; k < rt(32u); k = k + 1u) {
@@ -110,7 +110,7 @@ fn store_q5_k(blk: u32) {
             let v = qbuf[32u * j + k];
             sum_x2 = sum_x2 + nofma(v * v);
         }
-        let av_x = sqrt(sum_x2 / 32.0);
+        let av_x = sqrt_rn(sum_x2 / 32.0);
         for (var k = 0u; k < rt(32u); k = k + 1u) {
             kw[k] = av_x + abs(qbuf[32u * j + k]);
         }
@@ -124,8 +124,8 @@ fn store_q5_k(blk: u32) {
             max_min = r.y;
         }
     }
-    let inv_scale = select(0.0, 63.0 / max_scale, max_scale > 0.0);
-    let inv_min = select(0.0, 63.0 / max_min, max_min > 0.0);
+    let inv_scale = select(0.0, div_rn(63.0, max_scale), max_scale > 0.0);
+    let inv_min = select(0.0, div_rn(63.0, max_min), max_min > 0.0);
     var packed: array<u32, 12>;
     for (var j = 0u; j < rt(8u); j = j + 1u) {
         let ls = min(bitcast<u32>(nearest_int(nofma(inv_scale * scales[j]))) & 0xffu, 63u);
@@ -139,8 +139,8 @@ fn store_q5_k(blk: u32) {
             packed[j] = packed[j] | ((lm >> 4u) << 6u);
         }
     }
-    let d = f32_to_f16(max_scale / 63.0);
-    let dmin = f32_to_f16(max_min / 63.0);
+    let d = f32_to_f16(div_rn(max_scale, 63.0));
+    let dmin = f32_to_f16(div_rn(max_min, 63.0));
     let df = f16_to_f32(d);
     let dminf = f16_to_f32(dmin);
     for (var j = 0u; j < rt(8u); j = j + 1u) {
@@ -159,7 +159,7 @@ fn store_q5_k(blk: u32) {
         }
         let dm = dminf * f32(m);
         for (var k = 0u; k < rt(32u); k = k + 1u) {
-            kl[32u * j + k] = u32(clamp(nearest_int((qbuf[32u * j + k] + dm) / dd), 0, 31));
+            kl[32u * j + k] = u32(clamp(nearest_int(div_rn(qbuf[32u * j + k] + dm, dd)), 0, 31));
         }
     }
     d_sh(blk, d);

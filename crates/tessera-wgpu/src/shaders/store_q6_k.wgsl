@@ -38,7 +38,7 @@ fn make_qx(j: u32) -> f32 {
         }
         return 0.0;
     }
-    var iscale = -32.0 / mx;
+    var iscale = div_rn(-32.0, mx);
     var sumlx = 0.0;
     var suml2 = 0.0;
     for (var k = 0u; k < rt(16u); k = k + 1u) {
@@ -49,13 +49,13 @@ fn make_qx(j: u32) -> f32 {
         sumlx = sumlx + nofma(nofma(w * xi) * f32(q));
         suml2 = suml2 + nofma(nofma(w * f32(q)) * f32(q));
     }
-    var scale = select(0.0, sumlx / suml2, suml2 != 0.0);
+    var scale = select(0.0, div_rn(sumlx, suml2), suml2 != 0.0);
     var best = scale * sumlx;
     for (var is = -9; is <= i32(rt(9u)); is = is + 1) {
         if (is == 0) {
             continue;
         }
-        iscale = -(32.0 + nofma(0.1 * f32(is))) / mx;
+        iscale = div_rn(-(32.0 + nofma(0.1 * f32(is))), mx);
         sumlx = 0.0;
         suml2 = 0.0;
         for (var k = 0u; k < rt(16u); k = k + 1u) {
@@ -69,7 +69,7 @@ fn make_qx(j: u32) -> f32 {
             for (var k = 0u; k < rt(16u); k = k + 1u) {
                 kl[base + k] = u32(32 + clamp(nearest_int(nofma(iscale * qbuf[base + k])), -32, 31));
             }
-            scale = sumlx / suml2;
+            scale = div_rn(sumlx, suml2);
             best = scale * sumlx;
         }
     }
@@ -94,8 +94,8 @@ fn store_q6_k(blk: u32) {
         }
         return;
     }
-    let iscale = -128.0 / max_scale;
-    let d = f32_to_f16(1.0 / iscale);
+    let iscale = div_rn(-128.0, max_scale);
+    let d = f32_to_f16(div_rn(1.0, iscale));
     let df = f16_to_f32(d);
     for (var j = 0u; j < rt(16u); j = j + 1u) {
         let scb = bitcast<u32>(min(nearest_int(nofma(iscale * scales[j])), 127)) & 0xffu;
@@ -105,7 +105,7 @@ fn store_q6_k(blk: u32) {
             continue;
         }
         for (var k = 0u; k < rt(16u); k = k + 1u) {
-            kl[16u * j + k] = u32(clamp(nearest_int(qbuf[16u * j + k] / dd), -32, 31) + 32);
+            kl[16u * j + k] = u32(clamp(nearest_int(div_rn(qbuf[16u * j + k], dd)), -32, 31) + 32);
         }
     }
     for (var h = 0u; h < 2u; h = h + 1u) {

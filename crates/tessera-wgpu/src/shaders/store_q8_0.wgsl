@@ -6,8 +6,8 @@ fn store_q8_0(blk: u32) {
     for (var k = 0u; k < 32u; k = k + 1u) {
         amax = max(amax, abs(qbuf[k]));
     }
-    let dd = amax / 127.0;
-    let id = select(0.0, 1.0 / dd, dd != 0.0);
+    let dd = div_rn(amax, 127.0);
+    let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     for (var k = 0u; k < 32u; k = k + 1u) {
         let q = i32(round_away(qbuf[k] * id));
