@@ -80,7 +80,40 @@ const UNARY: &str = include_str!("shaders/unary.wgsl");
 const GLU: &str = include_str!("shaders/glu.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
-const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+macro_rules! matvec {
+    ($cols:literal, $vec:literal) => {
+        concat!(
+            "const MV_COLS: u32 = ",
+            $cols,
+            "u;\nconst MV_VEC: u32 = ",
+            $vec,
+            "u;\n",
+            include_str!("shaders/matvec.wgsl")
+        )
+    };
+}
+/// The matrix-vector kernel by [one column / up to 8][1 / 8 elements a step].
+const MATVEC: [[&str; 2]; 2] = [
+    [matvec!(1, 1), matvec!(1, 8)],
+    [matvec!(8, 1), matvec!(8, 8)],
+];
+const MATMUL_TILED: &str = include_str!("shaders/matmul_tiled.wgsl");
+const MATMUL_ELEM: &str = include_str!("shaders/matmul.wgsl");
+/// Rows shorter than this (and at most [`MATVEC_MAX_COLS`] columns) take one
+/// invocation per output: a 128-wide workgroup per row would idle.
+const MATVEC_MIN_K: usize = 256;
+/// Most src1 columns MUL_MAT gives to the matrix-vector kernel (above: tiles).
+const MATVEC_MAX_COLS: usize = 8;
+/// Whether the matrix-vector kernel takes 8 elements a step (the default)
+/// or 1 (`TESSERA_WGPU_MATVEC_VEC=1`, for measuring one against the other).
+fn matvec_octets() -> bool {
+    static OCTETS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OCTETS
+        .get_or_init(|| std::env::var("TESSERA_WGPU_MATVEC_VEC").map_or(true, |v| v.trim() != "1"))
+}
+
+/// A tiled MUL_MAT workgroup's output tile (rows x columns).
+const MATMUL_TILE: usize = 64;
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const SORT: &str = include_str!("shaders/sort.wgsl");
@@ -528,8 +561,32 @@ fn encode_node(
             let a = src(0).ok_or_else(missing)?;
             let b = src(1).ok_or_else(missing)?;
             let mut call = Call::new(&dst, &[Some(a), Some(b)])?;
-            call.params.iu[0] = a.layout.dtype.block_size() as u32;
-            call.items(batch, core, "mul_mat", MATMUL, n)
+            let (m, cols) = (d.ne[0], d.ne[1]);
+            if cols <= MATVEC_MAX_COLS && a.layout.ne[0] < MATVEC_MIN_K {
+                call.params.iu[0] = a.layout.dtype.block_size() as u32;
+                return call.items(batch, core, "mul_mat", MATMUL_ELEM, n);
+            }
+            let overflow = || Error::Overflow("MUL_MAT workgroups".into());
+            let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;
+            let (name, body, groups) = if cols <= MATVEC_MAX_COLS {
+                let octets = a.layout.ne[0] % 8 == 0 && matvec_octets();
+                let body = MATVEC[usize::from(cols > 1)][usize::from(octets)];
+                (
+                    "mul_mat_vec",
+                    body,
+                    m.checked_mul(batches).ok_or_else(overflow)?,
+                )
+            } else {
+                let tiles = m
+                    .div_ceil(MATMUL_TILE)
+                    .checked_mul(cols.div_ceil(MATMUL_TILE))
+                    .and_then(|t| t.checked_mul(batches))
+                    .ok_or_else(overflow)?;
+                ("mul_mat_tiled", MATMUL_TILED, tiles)
+            };
+            let mut params = call.params.items(groups)?;
+            params.off2[2] = 0;
+            call.record(batch, core, name, body, params, groups)
         }
         Op::MulMatId | Op::AddId => {
             let a = src(0).ok_or_else(missing)?;

@@ -12,6 +12,7 @@
 //! | `X_ld(byte) -> f32`, `X_ldi(byte) -> i32` | an element as f32 / i32 |
 //! | `X_raw(byte) -> u32` | an element's bits (4- and 2-byte types) |
 //! | `X_dq(block, j) -> f32` | element `j` of the quantized block at `block` |
+//! | `X_T`, `X_TS`, `X_BS` | constants: ggml type id, bytes and values per block |
 //! | `X_sw`, `X_sh`, `X_sb` | 32-, 16- and 8-bit stores (atomic merges below 32 bits) |
 //! | `X_st(byte, f32)`, `X_sti(byte, i32)`, `X_straw(byte, bits)` | typed stores |
 //!
@@ -84,6 +85,7 @@ fn accessors(s: &mut String, slot: usize, b: &Binding) {
     );
     let _ = writeln!(s, "const {x}_T: u32 = {}u;", b.dtype.ggml_id());
     let _ = writeln!(s, "const {x}_TS: u32 = {}u;", b.dtype.type_size());
+    let _ = writeln!(s, "const {x}_BS: u32 = {}u;", b.dtype.block_size().max(1));
     if b.atomic {
         let _ = writeln!(
             s,

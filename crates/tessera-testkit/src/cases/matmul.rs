@@ -53,12 +53,25 @@ pub(super) fn cases(v: &mut Vec<Case>) {
         ];
         // Larger than one 16 x 16 tile in both directions, several blocks per row.
         shapes.push(shape(67, 33, 4 * k, [1, 1], [1, 1]));
+        // Rows longer than one pass of a GPU matrix-vector workgroup (128
+        // invocations x 8 values).
+        let long = if t.block_size() == 256 { 2048 } else { 2560 };
+        shapes.push(shape(5, 1, long, [1, 1], [1, 1]));
+        shapes.push(shape(5, 2, long, [1, 1], [1, 1]));
+        // GPU tile edges: two 64 x 64 output tiles each way with broadcast
+        // weights, and a strided activation matrix with more than 8 columns.
+        shapes.push(shape(70, 72, k, [2, 1], [1, 2]));
+        shapes.push(Shape {
+            b_transposed: true,
+            ..shape(9, 20, k, [1, 1], [1, 1])
+        });
         if matches!(t, DType::IQ4NL | DType::IQ4XS) {
             // Enough columns for the CPU's packed GEMM (40 and more).
             shapes.push(shape(19, 45, 2 * k, [1, 1], [1, 1]));
         }
         if !t.is_quantized() {
             shapes.push(shape(5, 3, 33, [1, 1], [1, 1]));
+            shapes.push(shape(5, 17, 33, [1, 1], [1, 1]));
             shapes.push(shape(3, 2, 129, [1, 2], [3, 1]));
             shapes.push(shape(4, 4, 1, [1, 1], [1, 1]));
         }

@@ -1,5 +1,7 @@
-// matmul.wgsl: MUL_MAT, one invocation per output element:
-// dst[i, j] = sum_k src0[k, i] * src1[k, j], src0 broadcast over dims 2-3.
+// matmul.wgsl: MUL_MAT with short rows (k below 256) and few columns, one
+// invocation per output element: dst[i, j] = sum_k src0[k, i] * src1[k, j],
+// src0 broadcast over dims 2-3 (a workgroup per row would leave most of its
+// invocations idle there: attention's K x Q while decoding, many tiny rows).
 // Quantized src0 (block size iu.x > 1) is dequantized block by block from
 // its ggml bytes.
 

@@ -1,6 +1,6 @@
 // matmul_id.wgsl: MUL_MAT_ID (iu.y = 1) and ADD_ID (2), one invocation per
-// output element (the MUL_MAT kernel of matmul.wgsl with the expert picked
-// by id).
+// output element, each summing its dot product on its own, with the expert
+// picked by id.
 // MUL_MAT_ID: dst[i, e, t] = sum_k src0[k, i, ids[e, t]] * src1[k, e % ne11, t]
 // with the I32 ids in src2.
 // ADD_ID: dst[i, e, t] = src0[i, e, t] + src1[i, ids[e, t]].
