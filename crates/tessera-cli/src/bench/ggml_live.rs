@@ -25,14 +25,20 @@ pub struct GgmlCase {
     pub us_per_run: f64,
 }
 
-/// Run `binary perf -b CPU -o op` with `threads` threads, only the cases
+/// Run `binary perf -b backend -o op` with `threads` threads, only the cases
 /// matching one of Tessera's `keys` (`-p`, a params regex: a stock binary
 /// runs the few cases it shares with Tessera instead of its whole perf
 /// list), and parse them.
-pub fn measure(binary: &Path, op: &str, threads: usize, keys: &[&str]) -> Result<Vec<GgmlCase>> {
+pub fn measure(
+    binary: &Path,
+    backend: &str,
+    op: &str,
+    threads: usize,
+    keys: &[&str],
+) -> Result<Vec<GgmlCase>> {
     let filter = params_regex(keys);
     let out = Command::new(binary)
-        .args(["perf", "-b", "CPU", "-o", op, "-p", &filter])
+        .args(["perf", "-b", backend, "-o", op, "-p", &filter])
         .env("GGML_N_THREADS", threads.to_string())
         .env("TESSERA_CASES", "1")
         .output()

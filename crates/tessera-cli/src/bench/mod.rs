@@ -64,6 +64,10 @@ pub struct OpsArgs {
     /// another machine are shown for reference, labelled, with no ratio).
     #[arg(long)]
     ggml: Option<std::path::PathBuf>,
+    /// The ggml backend `--ggml` measures (test-backend-ops' `-b`), e.g.
+    /// `Vulkan0` beside `--device wgpu0` on a ggml built with Vulkan.
+    #[arg(long, default_value = "CPU", requires = "ggml")]
+    ggml_backend: String,
 }
 
 /// `tessera bench machine`.
@@ -114,9 +118,10 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
     };
     let ggml_note = match &args.ggml {
         Some(bin) => format!(
-            "; ggml live = {} perf on this machine, same threads, interleaved case by case, \
-             ratio = ggml time / Tessera time",
-            bin.display()
+            "; ggml live = {} perf -b {} on this machine, same threads, interleaved case by \
+             case, ratio = ggml time / Tessera time",
+            bin.display(),
+            args.ggml_backend
         ),
         None => String::new(),
     };
@@ -152,7 +157,13 @@ pub fn run_ops(args: &OpsArgs) -> Result<ExitCode> {
         let ggml_us = match &args.ggml {
             Some(bin) => {
                 let op = ggml_live::op_of(&case.ggml);
-                match ggml_live::measure(bin, op, threads, &[case.ggml.as_str()]) {
+                match ggml_live::measure(
+                    bin,
+                    &args.ggml_backend,
+                    op,
+                    threads,
+                    &[case.ggml.as_str()],
+                ) {
                     Ok(v) => {
                         let found = ggml_live::find(&v, &case.ggml).map(|c| c.us_per_run);
                         if found.is_none() {

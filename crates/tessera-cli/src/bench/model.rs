@@ -78,8 +78,16 @@ fn tg(session: &mut Session, n: usize, seed: u64) -> Result<f64> {
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-/// One llama-bench repetition: tokens/s.
-fn llama_bench(bin: &PathBuf, model: &PathBuf, p: usize, n: usize, threads: usize) -> Result<f64> {
+/// One llama-bench repetition: tokens/s (`ngl`: layers llama.cpp offloads
+/// to its GPU; 0 when Tessera runs on the CPU alone).
+fn llama_bench(
+    bin: &PathBuf,
+    model: &PathBuf,
+    p: usize,
+    n: usize,
+    threads: usize,
+    ngl: usize,
+) -> Result<f64> {
     let out = Command::new(bin)
         .args(["-m"])
         .arg(model)
@@ -92,6 +100,8 @@ fn llama_bench(bin: &PathBuf, model: &PathBuf, p: usize, n: usize, threads: usiz
             "1",
             "-t",
             &threads.to_string(),
+            "-ngl",
+            &ngl.to_string(),
         ])
         .args(["-o", "json"])
         .output()
@@ -158,6 +168,18 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
             ""
         }
     );
+    // llama.cpp offloads what Tessera does: every layer when a GPU device is
+    // named (or `--ngl`'s count), none on the CPU alone.
+    let on_gpu = args
+        .model
+        .device
+        .iter()
+        .any(|d| !d.eq_ignore_ascii_case("cpu"));
+    let ngl = if on_gpu {
+        args.model.ngl.unwrap_or(99)
+    } else {
+        0
+    };
     let tests: Vec<(&str, usize)> = [("pp", args.n_prompt), ("tg", args.n_gen)]
         .into_iter()
         .filter(|t| t.1 > 0)
@@ -177,7 +199,7 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
             ours.push(run_once(&mut session, r as u64 + 1)?);
             if let Some(bin) = &args.llama_bench {
                 let (p, g) = if kind == "pp" { (n, 0) } else { (0, n) };
-                theirs.push(llama_bench(bin, &path, p, g, threads)?);
+                theirs.push(llama_bench(bin, &path, p, g, threads, ngl)?);
             }
         }
         let (m, sd) = mean_sd(&ours);
