@@ -88,6 +88,7 @@ macro_rules! matvec {
             "u;\nconst MV_VEC: u32 = ",
             $vec,
             "u;\n",
+            include_str!("shaders/matmul_common.wgsl"),
             include_str!("shaders/matvec.wgsl")
         )
     };
@@ -97,7 +98,10 @@ const MATVEC: [[&str; 2]; 2] = [
     [matvec!(1, 1), matvec!(1, 8)],
     [matvec!(8, 1), matvec!(8, 8)],
 ];
-const MATMUL_TILED: &str = include_str!("shaders/matmul_tiled.wgsl");
+const MATMUL_TILED: &str = concat!(
+    include_str!("shaders/matmul_common.wgsl"),
+    include_str!("shaders/matmul_tiled.wgsl")
+);
 const MATMUL_ELEM: &str = include_str!("shaders/matmul.wgsl");
 /// Rows shorter than this (and at most [`MATVEC_MAX_COLS`] columns) take one
 /// invocation per output: a 128-wide workgroup per row would idle.

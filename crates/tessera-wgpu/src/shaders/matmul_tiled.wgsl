@@ -15,13 +15,6 @@ const TP: u32 = 65u;
 var<workgroup> ta: array<f32, 1040>; // [kk * TP + row]
 var<workgroup> tb: array<f32, 1040>; // [kk * TP + col]
 
-fn tile_weight(a: u32, kk: u32) -> f32 {
-    if (s0_BS > 1u) {
-        return s0_dq(a + (kk / s0_BS) * P.nb_0.x, kk % s0_BS);
-    }
-    return s0_ld(a + kk * P.nb_0.x);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -39,9 +32,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = r0 / nt;
     let i2 = r % P.ne_d.z;
     let i3 = r / P.ne_d.z;
-    let a0 = P.off.y + (i2 / (P.ne_1.z / P.ne_0.z)) * P.nb_0.z
-        + (i3 / (P.ne_1.w / P.ne_0.w)) * P.nb_0.w;
-    let b0 = P.off.z + i2 * P.nb_1.z + i3 * P.nb_1.w;
+    let a0 = mm_a_base(i2, i3);
+    let b0 = mm_b_base(i2, i3);
     let k = P.ne_0.x;
     let t = lid.x;
     let tx = t % 16u;
@@ -59,7 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let row = tm * TM + rr;
             var w = 0.0;
             if (row < m && kg < k) {
-                w = tile_weight(a0 + row * P.nb_0.y, kg);
+                w = mm_weight(a0 + row * P.nb_0.y, kg);
             }
             ta[kk * TP + rr] = w;
             let col = tn * TN + rr;

@@ -26,13 +26,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = g / m;
     let i2 = r % P.ne_d.z;
     let i3 = r / P.ne_d.z;
-    let a = P.off.y + i * P.nb_0.y + (i2 / (P.ne_1.z / P.ne_0.z)) * P.nb_0.z
-        + (i3 / (P.ne_1.w / P.ne_0.w)) * P.nb_0.w;
-    let b = P.off.z + i2 * P.nb_1.z + i3 * P.nb_1.w;
+    let a = mm_a_base(i2, i3) + i * P.nb_0.y;
+    let b = mm_b_base(i2, i3);
     let k = P.ne_0.x;
     let t = lid.x;
     var acc: array<f32, MV_COLS>;
     for (var base = t * MV_VEC; base < k; base = base + MV_WG * MV_VEC) {
+        // The group's block, once (its elements share the block's header).
         let blk = a + (base / s0_BS) * P.nb_0.x;
         let j0 = base % s0_BS;
         for (var e = 0u; e < MV_VEC; e = e + 1u) {

@@ -1,0 +1,21 @@
+// matmul_common.wgsl: what the MUL_MAT kernels share (prepended to each).
+
+// Byte offset of the src0 matrix that dst batch (i2, i3) uses: src0 is
+// broadcast over dims 2-3.
+fn mm_a_base(i2: u32, i3: u32) -> u32 {
+    return P.off.y + (i2 / (P.ne_1.z / P.ne_0.z)) * P.nb_0.z
+        + (i3 / (P.ne_1.w / P.ne_0.w)) * P.nb_0.w;
+}
+
+// Byte offset of the src1 matrix of dst batch (i2, i3).
+fn mm_b_base(i2: u32, i3: u32) -> u32 {
+    return P.off.z + i2 * P.nb_1.z + i3 * P.nb_1.w;
+}
+
+// Value kk of the src0 row at byte `a` (dequantized from its block).
+fn mm_weight(a: u32, kk: u32) -> f32 {
+    if (s0_BS > 1u) {
+        return s0_dq(a + (kk / s0_BS) * P.nb_0.x, kk % s0_BS);
+    }
+    return s0_ld(a + kk * P.nb_0.x);
+}
