@@ -1,7 +1,8 @@
 //! The shaders' correctly rounded division and square root (`div_rn`,
-//! `sqrt_rn` in `common.wgsl`) on the adapter at hand: started from
-//! approximations up to three ulp off (as a GPU's division or square root
-//! may be), the correction must land on the host's IEEE result, bit for bit.
+//! `sqrt_rn` in `common.wgsl`) on the adapter at hand: started from the
+//! host's results moved by up to three ulp (a GPU's division or square root
+//! may be that far off), the correction must land on the host's IEEE result,
+//! bit for bit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,12 +13,10 @@ use crate::params::Params;
 use crate::pipelines::KernelKey;
 use crate::wgsl::Binding;
 
-/// d[i] = div_fix(a, b, a / b moved by k ulp) for (a, b, k) = s0[3i..3i+3];
-/// d[n + i] = sqrt_fix(a, sqrt(a) moved by k ulp).
+/// d[i] = div_fix(a, b, q) and d[n + i] = sqrt_fix(|a|, r) for
+/// (a, b, q, r) = s0[4i..4i+4]: q and r are the host's exact results moved
+/// by a few ulp.
 const BODY: &str = "
-fn nudge(v: f32, k: i32) -> f32 {
-    return bitcast<f32>(bitcast<u32>(v) + bitcast<u32>(k));
-}
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
@@ -25,11 +24,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (i >= n) {
         return;
     }
-    let a = s0_ld(12u * i);
-    let b = s0_ld(12u * i + 4u);
-    let k = bitcast<i32>(s0_w(3u * i + 2u));
-    d_st(4u * i, div_fix(a, b, nudge(a / b, k)));
-    d_st(4u * (n + i), sqrt_fix(abs(a), nudge(sqrt(abs(a)), k)));
+    let a = s0_ld(16u * i);
+    let b = s0_ld(16u * i + 4u);
+    d_st(4u * i, div_fix(a, b, s0_ld(16u * i + 8u)));
+    d_st(4u * (n + i), sqrt_fix(abs(a), s0_ld(16u * i + 12u)));
 }
 ";
 
@@ -57,7 +55,7 @@ fn division_and_square_root_round_like_the_host() {
         state
     };
     let n = 4096usize;
-    let mut input = Vec::with_capacity(12 * n);
+    let mut input = Vec::with_capacity(16 * n);
     let mut cases = Vec::with_capacity(n);
     for i in 0..n {
         let r = next();
@@ -69,7 +67,8 @@ fn division_and_square_root_round_like_the_host() {
         let k = (i % 7) as i32 - 3;
         input.extend_from_slice(&a.to_le_bytes());
         input.extend_from_slice(&b.to_le_bytes());
-        input.extend_from_slice(&k.to_le_bytes());
+        input.extend_from_slice(&nudge(a / b, k).to_le_bytes());
+        input.extend_from_slice(&nudge(a.abs().sqrt(), k).to_le_bytes());
         cases.push((a, b, k));
     }
     let bt = dev.buffer_type();

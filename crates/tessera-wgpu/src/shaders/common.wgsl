@@ -47,37 +47,19 @@ fn nofma(x: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(x) ^ P.off2.z);
 }
 
-// `x - q y` where that difference is representable, without an FMA (WGSL
-// lets an adapter compute fma() with two roundings): Dekker's exact product
-// `q y = p + e` from Veltkamp's splits, then `(x - p) - e`, where `x - p`
-// is exact (Sterbenz: x and p are within a factor of two). nofma() keeps
-// the compiler from fusing the products into the sums.
-fn residual(x: f32, q: f32, y: f32) -> f32 {
-    let p = nofma(q * y);
-    let cq = nofma(4097.0 * q);
-    let qh = cq - (cq - q);
-    let ql = q - qh;
-    let cy = nofma(4097.0 * y);
-    let yh = cy - (cy - y);
-    let yl = y - yh;
-    let e = ((nofma(qh * yh) - p) + nofma(qh * yl) + nofma(ql * yh)) + nofma(ql * yl);
-    return (x - p) - e;
-}
-
 // `a / b` rounded to nearest like the host's IEEE division. An adapter's
 // division may be a few ulp off (Vulkan allows 2.5 ulp; NVIDIA's is a
 // reciprocal times `a`), and the quantizers' searches compare quotients: one
-// ulp can pick another candidate than the host. The residual `a - q b` of a
-// candidate `q` within a few ulp of `a / b` is exact (`residual`), and the true
-// quotient is past the midpoint to the next float exactly when the residual
-// exceeds `b` times half that ulp (no quotient of two floats lies on a
-// midpoint). Outside [2^-40, 2^40] (never in the quantizers' data) the
-// adapter's quotient is returned.
+// ulp can pick another candidate than the host. The adapter's quotient is
+// moved to the rounded one by exact integer tests (`quot_above_mid`): float
+// residual tricks are not safe here, as a GPU compiler may contract or
+// reassociate them. Outside [2^-40, 2^40] (never in the quantizers' data)
+// the adapter's quotient is returned.
 fn div_rn(a: f32, b: f32) -> f32 {
     return div_fix(a, b, a / b);
 }
 
-// `q0`, an approximation of `a / b` within a few ulp, made the rounded quotient.
+// `q0`, an approximation of `a / b` within 3 ulp, made the rounded quotient.
 fn div_fix(a: f32, b: f32, q0: f32) -> f32 {
     let x = abs(a);
     let y = abs(b);
@@ -86,43 +68,98 @@ fn div_fix(a: f32, b: f32, q0: f32) -> f32 {
         return q0;
     }
     for (var i = 0; i < 3; i = i + 1) {
-        let up = bitcast<f32>(bitcast<u32>(q) + 1u) - q;
-        let dn = q - bitcast<f32>(bitcast<u32>(q) - 1u);
-        let r = residual(x, q, y);
-        if (r > 0.5 * (y * up)) {
-            q = q + up;
-        } else if (r < -0.5 * (y * dn)) {
-            q = q - dn;
+        let dn = bitcast<f32>(bitcast<u32>(q) - 1u);
+        if (quot_above_mid(x, y, q)) {
+            q = bitcast<f32>(bitcast<u32>(q) + 1u);
+        } else if (!quot_above_mid(x, y, dn)) {
+            q = dn;
         }
     }
     return select(q, -q, q0 < 0.0);
 }
 
-// sqrt(x) rounded to nearest like the host's, by the same residual test:
-// with `u` the ulp above `s`, sqrt(x) is past the midpoint `s + u/2` exactly
-// when `x - s^2 > s u` (both sides are whole multiples of u^2 there); below
-// `s - d/2` exactly when `x - s^2 <= -s d`.
+// sqrt(x) rounded to nearest like the host's, by the same integer tests.
 fn sqrt_rn(x: f32) -> f32 {
     return sqrt_fix(x, sqrt(x));
 }
 
-// `s0`, an approximation of sqrt(x) within a few ulp, made the rounded root.
+// `s0`, an approximation of sqrt(x) within 3 ulp, made the rounded root.
 fn sqrt_fix(x: f32, s0: f32) -> f32 {
     var s = s0;
     if (!(x > 9.1e-13 && x < 1.0e12)) {
         return s;
     }
     for (var i = 0; i < 3; i = i + 1) {
-        let up = bitcast<f32>(bitcast<u32>(s) + 1u) - s;
-        let dn = s - bitcast<f32>(bitcast<u32>(s) - 1u);
-        let r = residual(x, s, s);
-        if (r > s * up) {
-            s = s + up;
-        } else if (r <= -(s * dn)) {
-            s = s - dn;
+        let dn = bitcast<f32>(bitcast<u32>(s) - 1u);
+        if (root_above_mid(x, s)) {
+            s = bitcast<f32>(bitcast<u32>(s) + 1u);
+        } else if (!root_above_mid(x, dn)) {
+            s = dn;
         }
     }
     return s;
+}
+
+// Mantissa (implicit bit included) and exponent of a positive normal float:
+// x = mant(x) 2^expo(x).
+fn mant(x: f32) -> u32 {
+    return (bitcast<u32>(x) & 0x7fffffu) | 0x800000u;
+}
+
+fn expo(x: f32) -> i32 {
+    return i32(bitcast<u32>(x) >> 23u) - 150;
+}
+
+// a b for a, b < 2^26, as a 64-bit integer (low word, high word).
+fn mul_wide(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu;
+    let a1 = a >> 16u;
+    let b0 = b & 0xffffu;
+    let b1 = b >> 16u;
+    let low = a0 * b0;
+    let mid = a1 * b0 + a0 * b1;
+    let lo = low + (mid << 16u);
+    let carry = select(0u, 1u, lo < low);
+    return vec2<u32>(lo, a1 * b1 + (mid >> 16u) + carry);
+}
+
+// Whether m 2^s > r, for m < 2^24 and 0 <= s <= 40 (64-bit compare).
+fn shifted_gt(m: u32, s: u32, r: vec2<u32>) -> bool {
+    var v = vec2<u32>(m, 0u);
+    if (s >= 32u) {
+        v = vec2<u32>(0u, m << (s - 32u));
+    } else if (s > 0u) {
+        v = vec2<u32>(m << s, m >> (32u - s));
+    }
+    return v.y > r.y || (v.y == r.y && v.x > r.x);
+}
+
+// Whether x / y (positive normal floats) lies above the midpoint between c
+// and the next float up: x / y > (Mc + 1/2) 2^ec, i.e.
+// Mx 2^(ex - ey - ec + 1) > (2 Mc + 1) My, in integers.
+fn quot_above_mid(x: f32, y: f32, c: f32) -> bool {
+    let s = expo(x) - expo(y) - expo(c) + 1;
+    if (s < 0) {
+        return false;
+    }
+    if (s > 40) {
+        return true;
+    }
+    return shifted_gt(mant(x), u32(s), mul_wide(2u * mant(c) + 1u, mant(y)));
+}
+
+// Whether sqrt(x) lies above the midpoint between c and the next float up:
+// x > (Mc + 1/2)^2 2^(2 ec), i.e. Mx 2^(ex - 2 ec + 2) > (2 Mc + 1)^2.
+fn root_above_mid(x: f32, c: f32) -> bool {
+    let s = expo(x) - 2 * expo(c) + 2;
+    if (s < 0) {
+        return false;
+    }
+    if (s > 40) {
+        return true;
+    }
+    let m = 2u * mant(c) + 1u;
+    return shifted_gt(mant(x), u32(s), mul_wide(m, m));
 }
 
 // ggml's kvalues_iq4nl: the value a 4-bit IQ4_NL / IQ4_XS index stands for.

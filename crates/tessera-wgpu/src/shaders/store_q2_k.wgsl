@@ -141,7 +141,7 @@ fn store_q2_k(blk: u32) {
         if (dd == 0.0) {
             continue;
         }
-        let dm = dminf * f32(sc[j] >> 4u);
+        let dm = nofma(dminf * f32(sc[j] >> 4u));
         for (var k = 0u; k < rt(16u); k = k + 1u) {
             kl[16u * j + k] = u32(clamp(nearest_int(div_rn(qbuf[16u * j + k] + dm, dd)), 0, 3));
         }

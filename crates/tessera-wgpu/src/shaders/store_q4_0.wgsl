@@ -21,8 +21,8 @@ fn store_q4_0(blk: u32) {
     let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     for (var k = 0u; k < 16u; k = k + 1u) {
-        let lo = nibble_q4_0(qbuf[k] * id);
-        let hi = nibble_q4_0(qbuf[k + 16u] * id);
+        let lo = nibble_q4_0(nofma(qbuf[k] * id));
+        let hi = nibble_q4_0(nofma(qbuf[k + 16u] * id));
         d_sb(blk + 2u + k, (lo | (hi << 4u)) & 0xffu);
     }
 }

@@ -157,7 +157,7 @@ fn store_q5_k(blk: u32) {
         if (dd == 0.0) {
             continue;
         }
-        let dm = dminf * f32(m);
+        let dm = nofma(dminf * f32(m));
         for (var k = 0u; k < rt(32u); k = k + 1u) {
             kl[32u * j + k] = u32(clamp(nearest_int(div_rn(qbuf[32u * j + k] + dm, dd)), 0, 31));
         }

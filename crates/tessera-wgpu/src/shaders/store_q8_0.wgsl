@@ -10,7 +10,7 @@ fn store_q8_0(blk: u32) {
     let id = select(0.0, div_rn(1.0, dd), dd != 0.0);
     d_sh(blk, f32_to_f16(dd));
     for (var k = 0u; k < 32u; k = k + 1u) {
-        let q = i32(round_away(qbuf[k] * id));
+        let q = i32(round_away(nofma(qbuf[k] * id)));
         d_sb(blk + 2u + k, bitcast<u32>(q) & 0xffu);
     }
 }
