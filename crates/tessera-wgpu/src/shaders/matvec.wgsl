@@ -9,6 +9,149 @@
 // invocation's loop over k, sets its speed. The host prepends MV_COLS (1 or
 // 8) and MV_VEC (1, or 8 when k is a multiple of 8: quantized blocks hold
 // whole groups of 8).
+//
+// Q4_0, Q8_0, Q4_K and Q6_K weights (most decoding) go by units of 16
+// values instead: the scales once, the quants as whole words, and each scale
+// applied once to an integer-valued sum (offsets and mins through the
+// activations' sums, as ggml does).
+
+// Four bytes of src0 at byte `p` (a multiple of 2) as one word.
+fn mv_word(p: u32) -> u32 {
+    let w = p >> 2u;
+    if ((p & 2u) == 0u) {
+        return s0_w(w);
+    }
+    return (s0_w(w) >> 16u) | (s0_w(w + 1u) << 16u);
+}
+
+// Unit u (16 values) of the Q4_0 row at byte `a` against every column:
+// half h of block u / 2, bytes 8h..8h+8 (values 8h + i low, 16 + 8h + i high).
+fn mv_unit_q4_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+    let blk = a + (u >> 1u) * P.nb_0.x;
+    let h = u & 1u;
+    let d = f16_to_f32(s0_h(blk));
+    let q = array<u32, 2>(mv_word(blk + 2u + 8u * h), mv_word(blk + 6u + 8u * h));
+    let k0 = (u >> 1u) * 32u + 8u * h;
+    for (var c = 0u; c < MV_COLS; c = c + 1u) {
+        if (c < n) {
+            let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
+            var sqy = 0.0;
+            var sy = 0.0;
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                let byte = q[i / 4u] >> (8u * (i % 4u));
+                let y_lo = s1_ld(bc + i * P.nb_1.x);
+                let y_hi = s1_ld(bc + (16u + i) * P.nb_1.x);
+                sqy = sqy + f32(byte & 15u) * y_lo + f32((byte >> 4u) & 15u) * y_hi;
+                sy = sy + y_lo + y_hi;
+            }
+            (*acc)[c] = (*acc)[c] + d * (sqy - 8.0 * sy);
+        }
+    }
+}
+
+// Unit u (16 values) of the Q8_0 row at byte `a`: half h of block u / 2.
+fn mv_unit_q8_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+    let blk = a + (u >> 1u) * P.nb_0.x;
+    let h = u & 1u;
+    let d = f16_to_f32(s0_h(blk));
+    let p = blk + 2u + 16u * h;
+    let q = array<u32, 4>(mv_word(p), mv_word(p + 4u), mv_word(p + 8u), mv_word(p + 12u));
+    let k0 = (u >> 1u) * 32u + 16u * h;
+    for (var c = 0u; c < MV_COLS; c = c + 1u) {
+        if (c < n) {
+            let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
+            var sqy = 0.0;
+            for (var i = 0u; i < 16u; i = i + 1u) {
+                let v = f32(sext8((q[i / 4u] >> (8u * (i % 4u))) & 0xffu));
+                sqy = sqy + v * s1_ld(bc + i * P.nb_1.x);
+            }
+            (*acc)[c] = (*acc)[c] + d * sqy;
+        }
+    }
+}
+
+// Sub-block `sub`'s 6-bit scale and min of the Q4_K block at `blk`.
+fn q4k_scale_min(blk: u32, sub: u32) -> vec2<f32> {
+    let sc = blk + 4u;
+    if (sub < 4u) {
+        return vec2<f32>(f32(s0_b(sc + sub) & 63u), f32(s0_b(sc + sub + 4u) & 63u));
+    }
+    let s = (s0_b(sc + sub + 4u) & 15u) | ((s0_b(sc + sub - 4u) >> 6u) << 4u);
+    let m = (s0_b(sc + sub + 4u) >> 4u) | ((s0_b(sc + sub) >> 6u) << 4u);
+    return vec2<f32>(f32(s), f32(m));
+}
+
+// Unit u (16 values) of the Q4_K row at byte `a`: block u / 16, group
+// g = (u % 16) / 4 of 64 values, quarter e of its 32 quant bytes: values
+// 64g + 8e + i (low nibbles, sub-block 2g) and 64g + 32 + 8e + i (high, 2g + 1).
+fn mv_unit_q4_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+    let blk = a + (u >> 4u) * P.nb_0.x;
+    let g = (u & 15u) >> 2u;
+    let e = u & 3u;
+    let d = f16_to_f32(s0_h(blk));
+    let dmin = f16_to_f32(s0_h(blk + 2u));
+    let lo_sm = q4k_scale_min(blk, 2u * g);
+    let hi_sm = q4k_scale_min(blk, 2u * g + 1u);
+    let p = blk + 16u + 32u * g + 8u * e;
+    let q = array<u32, 2>(mv_word(p), mv_word(p + 4u));
+    let k0 = (u >> 4u) * 256u + 64u * g + 8u * e;
+    for (var c = 0u; c < MV_COLS; c = c + 1u) {
+        if (c < n) {
+            let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
+            var qy_lo = 0.0;
+            var qy_hi = 0.0;
+            var y_lo = 0.0;
+            var y_hi = 0.0;
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                let byte = q[i / 4u] >> (8u * (i % 4u));
+                let yl = s1_ld(bc + i * P.nb_1.x);
+                let yh = s1_ld(bc + (32u + i) * P.nb_1.x);
+                qy_lo = qy_lo + f32(byte & 15u) * yl;
+                qy_hi = qy_hi + f32((byte >> 4u) & 15u) * yh;
+                y_lo = y_lo + yl;
+                y_hi = y_hi + yh;
+            }
+            (*acc)[c] = (*acc)[c] + d * (lo_sm.x * qy_lo + hi_sm.x * qy_hi)
+                - dmin * (lo_sm.y * y_lo + hi_sm.y * y_hi);
+        }
+    }
+}
+
+// Unit u (16 values) of the Q6_K row at byte `a`: block u / 16, half
+// h = (u % 16) / 8 of 128 values, positions l = 4 (u % 8) + i of its four
+// quarters of 32 (values 128h + 32r + l, r = 0..4).
+fn mv_unit_q6_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+    let blk = a + (u >> 4u) * P.nb_0.x;
+    let h = (u & 15u) >> 3u;
+    let l0 = 4u * (u & 7u);
+    let d = f16_to_f32(s0_h(blk + 208u));
+    let ql0 = mv_word(blk + 64u * h + l0);
+    let ql1 = mv_word(blk + 64u * h + 32u + l0);
+    let qh = mv_word(blk + 128u + 32u * h + l0);
+    var sc: array<f32, 4>;
+    for (var r = 0u; r < 4u; r = r + 1u) {
+        sc[r] = f32(sext8(s0_b(blk + 192u + 8u * h + l0 / 16u + 2u * r)));
+    }
+    let k0 = (u >> 4u) * 256u + 128u * h + l0;
+    for (var c = 0u; c < MV_COLS; c = c + 1u) {
+        if (c < n) {
+            let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
+            var sum = 0.0;
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                var qy = 0.0;
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    let lb = select(ql0, ql1, (r & 1u) == 1u) >> (8u * i);
+                    let lo = select(lb & 15u, (lb >> 4u) & 15u, r >= 2u);
+                    let hi = (qh >> (8u * i + 2u * r)) & 3u;
+                    let v = f32(i32(lo | (hi << 4u)) - 32);
+                    qy = qy + v * s1_ld(bc + (32u * r + i) * P.nb_1.x);
+                }
+                sum = sum + sc[r] * qy;
+            }
+            (*acc)[c] = (*acc)[c] + d * sum;
+        }
+    }
+}
 
 const MV_WG: u32 = 128u;
 var<workgroup> mv_part: array<f32, 1024>; // MV_COLS * MV_WG, at most 8 * 128
@@ -31,7 +174,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k = P.ne_0.x;
     let t = lid.x;
     var acc: array<f32, MV_COLS>;
-    for (var base = t * MV_VEC; base < k; base = base + MV_WG * MV_VEC) {
+    let units = s0_T == T_Q4_0 || s0_T == T_Q8_0 || s0_T == T_Q4_K || s0_T == T_Q6_K;
+    for (var u = t; units && u < k / 16u; u = u + MV_WG) {
+        if (s0_T == T_Q4_0) {
+            mv_unit_q4_0(a, u, b, n, &acc);
+        } else if (s0_T == T_Q8_0) {
+            mv_unit_q8_0(a, u, b, n, &acc);
+        } else if (s0_T == T_Q4_K) {
+            mv_unit_q4_k(a, u, b, n, &acc);
+        } else {
+            mv_unit_q6_k(a, u, b, n, &acc);
+        }
+    }
+    for (var base = t * MV_VEC; !units && base < k; base = base + MV_WG * MV_VEC) {
         // The group's block, once (its elements share the block's header).
         let blk = a + (base / s0_BS) * P.nb_0.x;
         let j0 = base % s0_BS;
