@@ -25,11 +25,25 @@ pub(crate) fn convert_fn(dst_type: DType) -> Option<ConvertFn> {
     imp::convert_fn(dst_type)
 }
 
+/// Quantizes 32 values to `q = round(x / d)` (half away from zero,
+/// saturating, NaN to 0) with `d = max|x| / 127`, returning `d`: the integer
+/// GEMM's activation panels (`pack_b_q8`), bit-identical to its portable loop.
+pub(crate) type Quant32Fn = fn(x: &[f32; 32], q: &mut [i8; 32]) -> f32;
+
+/// The AVX2 [`Quant32Fn`], if the CPU has AVX2, FMA and F16C.
+pub(crate) fn quant32_fn() -> Option<Quant32Fn> {
+    imp::quant32_fn()
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     use super::*;
 
     pub fn convert_fn(_dst_type: DType) -> Option<ConvertFn> {
+        None
+    }
+
+    pub fn quant32_fn() -> Option<Quant32Fn> {
         None
     }
 }
@@ -52,6 +66,32 @@ mod imp {
             DType::BF16 => bf16_safe,
             _ => return None,
         })
+    }
+
+    pub fn quant32_fn() -> Option<Quant32Fn> {
+        if !Isa::Avx2.available() {
+            return None;
+        }
+        Some(quant32_safe)
+    }
+
+    fn quant32_safe(x: &[f32; 32], q: &mut [i8; 32]) -> f32 {
+        // SAFETY: only handed out by `quant32_fn` after checking AVX2, FMA
+        // and F16C.
+        unsafe { quant32(x, q) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn quant32(x: &[f32; 32], q: &mut [i8; 32]) -> f32 {
+        let amax = abs_max(x);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let vid = _mm256_set1_ps(id);
+        let v = |i: usize| to_i32_sat(round_away(_mm256_mul_ps(load8(&x[8 * i..]), vid)));
+        let packed = pack32(v(0), v(1), v(2), v(3));
+        // SAFETY: `q` is 32 bytes.
+        unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), packed) };
+        d
     }
 
     macro_rules! safe_wrapper {

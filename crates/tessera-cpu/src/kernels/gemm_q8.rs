@@ -151,7 +151,9 @@ pub(crate) unsafe fn pack_b_q8(
     // SAFETY: the scales follow the k * nr code bytes (4-byte aligned: k is
     // a multiple of 32).
     let scales = unsafe { out.add(k * nr) }.cast::<f32>();
+    let quant = super::act_quant_avx2::quant32_fn().unwrap_or(quant32);
     let mut x = [0f32; QB];
+    let mut q = [0i8; QB];
     for c in 0..nr {
         let mut l = l0;
         while l < l1 {
@@ -164,17 +166,20 @@ pub(crate) unsafe fn pack_b_q8(
                 }
                 None => x = [0.0; QB],
             }
-            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut q = [0i8; QB];
-            for (o, v) in q.iter_mut().zip(&x) {
-                *o = (v * id).round() as i8;
-            }
-            for (i, &qv) in q.iter().enumerate() {
-                let li = l + i;
-                // SAFETY: code (li / 4, c, li % 4) of the group, li < l1 <= k.
-                unsafe { *out.add(li / 4 * nr * 4 + c * 4 + li % 4) = qv as u8 };
+            let d = quant(&x, &mut q);
+            for (g, four) in q.chunks_exact(4).enumerate() {
+                let word = u32::from_le_bytes([
+                    four[0] as u8,
+                    four[1] as u8,
+                    four[2] as u8,
+                    four[3] as u8,
+                ]);
+                // SAFETY: codes (l / 4 + g, c, 0..4) of the group, l + 4g + 3 < l1 <= k.
+                unsafe {
+                    out.add((l / 4 + g) * nr * 4 + c * 4)
+                        .cast::<u32>()
+                        .write_unaligned(word)
+                };
             }
             for (h, part) in q.chunks_exact(s).enumerate() {
                 let sum: i32 = part.iter().map(|&v| i32::from(v)).sum();
@@ -188,6 +193,18 @@ pub(crate) unsafe fn pack_b_q8(
             l += QB;
         }
     }
+}
+
+/// The portable [`super::act_quant_avx2::Quant32Fn`]: `q = round(x / d)`
+/// with `d = max|x| / 127`.
+fn quant32(x: &[f32; QB], q: &mut [i8; QB]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (o, v) in q.iter_mut().zip(x) {
+        *o = (v * id).round() as i8;
+    }
+    d
 }
 
 /// Unpack whole blocks of type `t` (`src`) into codes (one byte per value)
