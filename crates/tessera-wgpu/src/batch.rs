@@ -5,9 +5,14 @@
 //! binding its own 256-byte window; consecutive dispatches share one compute
 //! pass (wgpu inserts the barriers between dependent dispatches), a copy
 //! ends the pass. A graph compute is one batch, hence one submission.
+//!
+//! A timed batch ([`Batch::timed`], for profiles) labels its dispatches and,
+//! where the device has timestamps, gives each dispatch a pass of its own
+//! with a GPU timestamp at its start and end ([`Timing`]).
 
 use std::sync::Arc;
 
+use tessera::profile::OpTotals;
 use tessera::{Error, Result};
 
 use crate::device::Core;
@@ -33,11 +38,62 @@ enum Step {
     },
 }
 
+/// Most dispatches a timed batch times (two timestamps each, within
+/// WebGPU's 4096 queries per set); later ones run untimed.
+const MAX_TIMED: usize = 2048;
+
 /// GPU work being recorded.
 pub(crate) struct Batch<'a> {
     core: &'a Core,
     params: Vec<Params>,
     steps: Vec<Step>,
+    /// The label of every dispatch so far, when timed.
+    labels: Option<Vec<String>>,
+    /// The label of the dispatches recorded next.
+    label: String,
+}
+
+/// The timestamps of a submitted timed batch, to be read once it completed.
+pub(crate) struct Timing {
+    readback: wgpu::Buffer,
+    labels: Vec<String>,
+    period: f32,
+}
+
+impl Timing {
+    /// Wait for the batch, read its timestamps and add each dispatch's GPU
+    /// time to `totals` under its label.
+    pub(crate) fn fold(self, core: &Core, totals: &mut OpTotals) -> Result<()> {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let done = slot.clone();
+        self.readback
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                *done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        core.wait(None)?;
+        let mapped = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if !matches!(mapped, Some(Ok(()))) {
+            return Err(Error::device(
+                &core.name,
+                "mapping the GPU timestamps failed",
+            ));
+        }
+        let ticks: Vec<u64> = {
+            let view = self.readback.get_mapped_range(..).map_err(|e| {
+                Error::device(&core.name, format!("reading the GPU timestamps: {e}"))
+            })?;
+            view.chunks_exact(8)
+                .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect()
+        };
+        self.readback.unmap();
+        for (what, t) in self.labels.iter().zip(ticks.chunks_exact(2)) {
+            let ns = t[1].saturating_sub(t[0]) as f64 * f64::from(self.period);
+            totals.add(what, ns as u64, 0);
+        }
+        Ok(())
+    }
 }
 
 impl<'a> Batch<'a> {
@@ -47,6 +103,24 @@ impl<'a> Batch<'a> {
             core,
             params: Vec::new(),
             steps: Vec::new(),
+            labels: None,
+            label: String::new(),
+        }
+    }
+
+    /// An empty batch whose dispatches are labelled (and timed where the
+    /// device has timestamps).
+    pub(crate) fn timed(core: &'a Core) -> Self {
+        Batch {
+            labels: Some(Vec::new()),
+            ..Batch::new(core)
+        }
+    }
+
+    /// Label the dispatches recorded from now on (timed batches).
+    pub(crate) fn set_label(&mut self, what: String) {
+        if self.labels.is_some() {
+            self.label = what;
         }
     }
 
@@ -75,6 +149,9 @@ impl<'a> Batch<'a> {
         groups: usize,
     ) -> Result<()> {
         let groups = self.grid(groups)?;
+        if let Some(labels) = &mut self.labels {
+            labels.push(self.label.clone());
+        }
         self.params.push(params);
         self.steps.push(Step::Dispatch {
             kernel,
@@ -104,102 +181,171 @@ impl<'a> Batch<'a> {
         });
     }
 
-    /// The recorded work as one command buffer (`None` if empty).
-    pub(crate) fn finish(self, what: &str) -> Result<Option<wgpu::CommandBuffer>> {
+    /// The recorded work as one command buffer (`None` if empty), with the
+    /// timestamps of a timed batch.
+    pub(crate) fn finish(
+        self,
+        what: &str,
+    ) -> Result<(Option<wgpu::CommandBuffer>, Option<Timing>)> {
         if self.steps.is_empty() {
-            return Ok(None);
+            return Ok((None, None));
         }
         let core = self.core;
-        let param_bytes = self.params.len() * PARAMS_SIZE;
-        let made = core.scoped(what, param_bytes, || -> Result<wgpu::CommandBuffer> {
-            let uniform = if self.params.is_empty() {
-                None
-            } else {
-                let buf = core.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("tessera-params"),
-                    size: param_bytes as u64,
-                    usage: wgpu::BufferUsages::UNIFORM,
-                    mapped_at_creation: true,
-                });
-                {
-                    let mut view = buf.get_mapped_range_mut(..).map_err(|e| {
-                        Error::device(
-                            &core.name,
-                            format!("{what}: mapping the parameter buffer: {e}"),
-                        )
-                    })?;
-                    view.copy_from_slice(bytemuck::cast_slice(&self.params));
-                }
-                buf.unmap();
-                Some(buf)
-            };
-            let mut encoder = core
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(what) });
-            let mut i = 0;
-            while i < self.steps.len() {
-                if let Step::Copy {
-                    src,
-                    src_offset,
-                    dst,
-                    dst_offset,
-                    size,
-                } = &self.steps[i]
-                {
-                    encoder.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *size);
-                    i += 1;
-                    continue;
-                }
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(what),
-                    timestamp_writes: None,
-                });
-                while let Some(Step::Dispatch {
-                    kernel,
-                    buffers,
-                    params,
-                    groups,
-                }) = self.steps.get(i)
-                {
-                    if let Some(uniform) = &uniform {
-                        let mut entries = vec![wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: uniform,
-                                offset: (*params * PARAMS_SIZE) as u64,
-                                size: wgpu::BufferSize::new(PARAMS_SIZE as u64),
-                            }),
-                        }];
-                        for (k, b) in buffers.iter().enumerate() {
-                            entries.push(wgpu::BindGroupEntry {
-                                binding: k as u32 + 1,
-                                resource: b.as_entire_binding(),
-                            });
-                        }
-                        let group = core.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: None,
-                            layout: &kernel.layout,
-                            entries: &entries,
-                        });
-                        pass.set_pipeline(&kernel.pipeline);
-                        pass.set_bind_group(0, &group, &[]);
-                        pass.dispatch_workgroups(groups[0], groups[1], 1);
-                    }
-                    i += 1;
-                }
+        // Timestamps for the first MAX_TIMED dispatches of a timed batch.
+        let timed = match (&self.labels, core.timestamp_period) {
+            (Some(l), Some(period)) if !l.is_empty() => {
+                let n = l.len().min(MAX_TIMED);
+                Some((n, period))
             }
-            Ok(encoder.finish())
-        })?;
-        made.map(Some)
+            _ => None,
+        };
+        let param_bytes = self.params.len() * PARAMS_SIZE;
+        let made = core.scoped(
+            what,
+            param_bytes,
+            || -> Result<(wgpu::CommandBuffer, Option<Timing>)> {
+                let uniform = if self.params.is_empty() {
+                    None
+                } else {
+                    let buf = core.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("tessera-params"),
+                        size: param_bytes as u64,
+                        usage: wgpu::BufferUsages::UNIFORM,
+                        mapped_at_creation: true,
+                    });
+                    {
+                        let mut view = buf.get_mapped_range_mut(..).map_err(|e| {
+                            Error::device(
+                                &core.name,
+                                format!("{what}: mapping the parameter buffer: {e}"),
+                            )
+                        })?;
+                        view.copy_from_slice(bytemuck::cast_slice(&self.params));
+                    }
+                    buf.unmap();
+                    Some(buf)
+                };
+                let mut encoder = core
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(what) });
+                let queries = timed.map(|(n, _)| {
+                    core.device.create_query_set(&wgpu::QuerySetDescriptor {
+                        label: Some("tessera-timestamps"),
+                        ty: wgpu::QueryType::Timestamp,
+                        count: 2 * n as u32,
+                    })
+                });
+                let mut d = 0usize;
+                let mut i = 0;
+                while i < self.steps.len() {
+                    if let Step::Copy {
+                        src,
+                        src_offset,
+                        dst,
+                        dst_offset,
+                        size,
+                    } = &self.steps[i]
+                    {
+                        encoder.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *size);
+                        i += 1;
+                        continue;
+                    }
+                    // A timed dispatch has a pass of its own, stamped at both ends.
+                    let stamp = queries.as_ref().filter(|_| d < timed.map_or(0, |t| t.0));
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(what),
+                        timestamp_writes: stamp.map(|q| wgpu::ComputePassTimestampWrites {
+                            query_set: q,
+                            beginning_of_pass_write_index: Some(2 * d as u32),
+                            end_of_pass_write_index: Some(2 * d as u32 + 1),
+                        }),
+                    });
+                    while let Some(Step::Dispatch {
+                        kernel,
+                        buffers,
+                        params,
+                        groups,
+                    }) = self.steps.get(i)
+                    {
+                        if let Some(uniform) = &uniform {
+                            let mut entries = vec![wgpu::BindGroupEntry {
+                                binding: 0,
+                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                    buffer: uniform,
+                                    offset: (*params * PARAMS_SIZE) as u64,
+                                    size: wgpu::BufferSize::new(PARAMS_SIZE as u64),
+                                }),
+                            }];
+                            for (k, b) in buffers.iter().enumerate() {
+                                entries.push(wgpu::BindGroupEntry {
+                                    binding: k as u32 + 1,
+                                    resource: b.as_entire_binding(),
+                                });
+                            }
+                            let group = core.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                                label: None,
+                                layout: &kernel.layout,
+                                entries: &entries,
+                            });
+                            pass.set_pipeline(&kernel.pipeline);
+                            pass.set_bind_group(0, &group, &[]);
+                            pass.dispatch_workgroups(groups[0], groups[1], 1);
+                        }
+                        i += 1;
+                        d += 1;
+                        if stamp.is_some() {
+                            break;
+                        }
+                    }
+                }
+                let timing = match (queries, timed) {
+                    (Some(q), Some((n, period))) => {
+                        let bytes = (2 * n * 8) as u64;
+                        let resolve = core.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some("tessera-timestamps"),
+                            size: bytes,
+                            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                            mapped_at_creation: false,
+                        });
+                        let readback = core.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some("tessera-timestamps-read"),
+                            size: bytes,
+                            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                            mapped_at_creation: false,
+                        });
+                        encoder.resolve_query_set(&q, 0..2 * n as u32, &resolve, 0);
+                        encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
+                        let mut labels = self.labels.unwrap_or_default();
+                        labels.truncate(n);
+                        Some(Timing {
+                            readback,
+                            labels,
+                            period,
+                        })
+                    }
+                    _ => None,
+                };
+                Ok((encoder.finish(), timing))
+            },
+        )?;
+        made.map(|(cb, t)| (Some(cb), t))
     }
 
     /// Record nothing more: submit the batch (if not empty) and return the
     /// submission index.
     pub(crate) fn submit(self, what: &str) -> Result<Option<wgpu::SubmissionIndex>> {
+        self.submit_timed(what).map(|(index, _)| index)
+    }
+
+    /// [`Batch::submit`], with the timestamps of a timed batch.
+    pub(crate) fn submit_timed(
+        self,
+        what: &str,
+    ) -> Result<(Option<wgpu::SubmissionIndex>, Option<Timing>)> {
         let core = self.core;
         match self.finish(what)? {
-            Some(cb) => core.submit(what, vec![cb]).map(Some),
-            None => Ok(None),
+            (Some(cb), timing) => Ok((Some(core.submit(what, vec![cb])?), timing)),
+            (None, _) => Ok((None, None)),
         }
     }
 }

@@ -45,6 +45,9 @@ pub(crate) struct Core {
     pub pipelines: Pipelines,
     /// Largest buffer (= largest binding): every buffer is bound whole.
     pub max_buffer: usize,
+    /// Nanoseconds per GPU timestamp tick, when the device can time its
+    /// compute passes (profiling).
+    pub timestamp_period: Option<f32>,
 }
 
 impl Core {
@@ -117,9 +120,12 @@ impl WgpuDevice {
             .unwrap_or_else(|| default_name.to_owned());
         let summary = AdapterSummary::of(adapter);
         let limits = adapter.limits();
+        // Timestamps only time compute passes for profiling; an adapter
+        // without them still opens.
+        let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
         let desc = wgpu::DeviceDescriptor {
             label: Some("tessera"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         };
@@ -138,6 +144,9 @@ impl WgpuDevice {
         }
         let alignment = (limits.min_storage_buffer_offset_alignment as usize).max(16);
         let description = summary.description();
+        let timestamp_period = features
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+            .then(|| queue.get_timestamp_period());
         let core = Arc::new(Core {
             name: name.clone(),
             device,
@@ -146,6 +155,7 @@ impl WgpuDevice {
             errors,
             pipelines: Pipelines::default(),
             max_buffer,
+            timestamp_period,
         });
         Ok(Arc::new_cyclic(|me: &Weak<WgpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();

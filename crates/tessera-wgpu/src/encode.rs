@@ -12,6 +12,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use tessera::profile::{OpTotals, op_label};
 use tessera::{
     AbortCallback, DType, Error, Graph, Layout, Op, Placement, Result, SortOrder, TensorId,
 };
@@ -133,13 +134,16 @@ struct Operand {
 }
 
 /// Record the op nodes of `range` into one submission; returns its index
-/// (`None` when nothing needed computing).
+/// (`None` when nothing needed computing). With `profile`, the dispatches
+/// are timed and, once the submission has completed, added to it per kind
+/// of node (this waits for the GPU).
 pub(crate) fn compute(
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
     range: std::ops::Range<usize>,
     abort: Option<&AbortCallback>,
+    profile: Option<&mut OpTotals>,
 ) -> Result<Option<wgpu::SubmissionIndex>> {
     let end = range.end.min(graph.len());
     let start = range.start.min(end);
@@ -155,12 +159,21 @@ pub(crate) fn compute(
         }
     }
     placement.check_complete(graph, start..end)?;
-    let mut batch = Batch::new(core);
+    let mut batch = if profile.is_some() {
+        Batch::timed(core)
+    } else {
+        Batch::new(core)
+    };
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
         if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
             continue;
+        }
+        if profile.is_some() {
+            let src = |i: usize| node.src(i).and_then(|s| graph.layout(s).ok());
+            let (a, b) = (src(0), src(1));
+            batch.set_label(op_label(node.op, a.as_ref(), b.as_ref(), node.layout.dtype));
         }
         encode_node(&mut batch, core, graph, placement, id).map_err(|e| annotate(e, graph, id))?;
     }
@@ -171,7 +184,11 @@ pub(crate) fn compute(
             Err(_) => return Err(Error::device(&core.name, "the abort callback panicked")),
         }
     }
-    batch.submit("computing a graph")
+    let (index, timing) = batch.submit_timed("computing a graph")?;
+    if let (Some(totals), Some(timing)) = (profile, timing) {
+        timing.fold(core, totals)?;
+    }
+    Ok(index)
 }
 
 fn annotate(e: Error, graph: &Graph, id: TensorId) -> Error {

@@ -28,6 +28,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use tessera::buffer::try_zeroed_vec;
+use tessera::profile::{OpTime, OpTotals};
 use tessera::{
     AbortCallback, Buffer, Copied, Device, Error, Event, Graph, PendingRead, Placement, Result,
     Stream, Tensor,
@@ -44,6 +45,8 @@ pub struct WgpuStream {
     device: Arc<WgpuDevice>,
     core: Arc<Core>,
     abort: Mutex<Option<AbortCallback>>,
+    /// Per-kind GPU time of the computes so far, while profiling.
+    profile: Mutex<Option<OpTotals>>,
 }
 
 impl std::fmt::Debug for WgpuStream {
@@ -61,7 +64,32 @@ impl WgpuStream {
             device,
             core,
             abort: Mutex::new(None),
+            profile: Mutex::new(None),
         }
+    }
+
+    /// Time every dispatch of the computes from now on on the GPU (`true`,
+    /// starting from zero) or stop (`false`). Timed computes wait for the
+    /// GPU before they return; a device without timestamps
+    /// ([`WgpuStream::can_profile`]) records nothing.
+    pub fn set_profiling(&self, on: bool) {
+        *self.profile.lock().unwrap_or_else(|p| p.into_inner()) = on.then(OpTotals::default);
+    }
+
+    /// Whether this device can time its dispatches (GPU timestamps).
+    pub fn can_profile(&self) -> bool {
+        self.core.timestamp_period.is_some()
+    }
+
+    /// GPU time per kind of node since profiling started or since the last
+    /// call, largest first (empty when profiling is off).
+    pub fn take_profile(&self) -> Vec<OpTime> {
+        self.profile
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .map(OpTotals::take)
+            .unwrap_or_default()
     }
 
     /// The tensor's buffer, if it is device memory of this stream's device.
@@ -173,7 +201,15 @@ impl Stream for WgpuStream {
         range: Range<usize>,
     ) -> Result<()> {
         let abort = self.abort.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        encode::compute(&self.core, graph, placement, range, abort.as_ref())?;
+        let mut profile = self.profile.lock().unwrap_or_else(|p| p.into_inner());
+        encode::compute(
+            &self.core,
+            graph,
+            placement,
+            range,
+            abort.as_ref(),
+            profile.as_mut(),
+        )?;
         Ok(())
     }
 

@@ -30,6 +30,7 @@ pub mod host;
 pub mod host_region;
 pub mod multi_buffer;
 pub mod placement;
+pub mod profile;
 pub mod registry;
 pub mod sched;
 pub mod stream;

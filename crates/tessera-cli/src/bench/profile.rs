@@ -1,30 +1,74 @@
 //! `tessera bench model --profile`: where a decoding step's time goes, op
-//! by op, on each CPU stream of the session (`CpuStream::set_profiling`).
+//! by op, on each stream of the session that can time its nodes: CPU
+//! streams (`CpuStream::set_profiling`: wall time per node on thread 0) and
+//! GPU streams (`WgpuStream::set_profiling`: GPU timestamps around every
+//! dispatch, where the adapter has them).
 //!
 //! Decodes `n` tokens one at a time from an empty cache with every node
 //! timed, and prints per kind of node (op, weight type, one column or
 //! more): milliseconds per token, share of the step, nodes per token, and
-//! how much of that time thread 0 waited at the barrier after its share.
-//! The step's wall time is measured too: what the nodes do not account for
-//! is the scheduler's and the host's (graph building, copies, sampling).
+//! for CPU streams how much of that time thread 0 waited at the barrier
+//! after its share. The step's wall time is measured too: what the nodes do
+//! not account for is the scheduler's and the host's (graph building,
+//! copies, sampling) and, on a GPU, submission and synchronization.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use tessera::Result;
+use tessera::profile::OpTime;
+use tessera::{Result, Stream};
 use tessera_cpu::CpuStream;
 use tessera_llm::Session;
+use tessera_wgpu::WgpuStream;
+
+/// A stream that can time its nodes.
+enum Profiled<'a> {
+    Cpu(&'a CpuStream),
+    Gpu(&'a WgpuStream),
+}
+
+impl<'a> Profiled<'a> {
+    fn of(s: &'a Arc<dyn Stream>) -> Option<Self> {
+        let any = s.as_any();
+        if let Some(c) = any.downcast_ref::<CpuStream>() {
+            return Some(Profiled::Cpu(c));
+        }
+        any.downcast_ref::<WgpuStream>()
+            .filter(|g| g.can_profile())
+            .map(Profiled::Gpu)
+    }
+
+    fn set(&self, on: bool) {
+        match self {
+            Profiled::Cpu(c) => c.set_profiling(on),
+            Profiled::Gpu(g) => g.set_profiling(on),
+        }
+    }
+
+    fn take(&self) -> Vec<OpTime> {
+        match self {
+            Profiled::Cpu(c) => c.take_profile(),
+            Profiled::Gpu(g) => g.take_profile(),
+        }
+    }
+
+    fn is_gpu(&self) -> bool {
+        matches!(self, Profiled::Gpu(_))
+    }
+}
 
 /// Profile `n` decoding steps of `session` and print the table.
 pub fn run(session: &mut Session, n: usize) -> Result<()> {
     let n = n.max(1);
     let streams: Vec<_> = session.scheduler().streams().to_vec();
-    let cpu: Vec<&CpuStream> = streams
-        .iter()
-        .filter_map(|s| s.as_any().downcast_ref::<CpuStream>())
-        .collect();
+    let mut timed = Vec::new();
     for s in &streams {
-        if s.as_any().downcast_ref::<CpuStream>().is_none() {
-            println!("(stream {} is not profiled: CPU streams only)", s.name());
+        match Profiled::of(s) {
+            Some(p) => timed.push((s.name().to_string(), p)),
+            None => println!(
+                "(stream {} is not profiled: it cannot time its nodes)",
+                s.name()
+            ),
         }
     }
     let toks = super::model::tokens(n, session.model().n_vocab(), 7);
@@ -32,47 +76,64 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
     // Warm-up (plans made, memory touched), then the measured steps.
     session.decode(&toks[..1])?;
     session.clear();
-    cpu.iter().for_each(|s| s.set_profiling(true));
+    timed.iter().for_each(|(_, p)| p.set(true));
     let start = Instant::now();
     for &t in &toks {
         session.decode(&[t])?;
     }
     let wall = start.elapsed().as_secs_f64() * 1e3 / n as f64;
-    let mut rows: Vec<tessera_cpu::OpTime> = Vec::new();
-    for s in &cpu {
-        for t in s.take_profile() {
-            match rows.iter_mut().find(|r| r.what == t.what) {
+    // (device, is GPU, totals), merged by what across streams of a device.
+    let named = timed.len() > 1;
+    let mut rows: Vec<(String, bool, OpTime)> = Vec::new();
+    for (name, p) in &timed {
+        for mut t in p.take() {
+            if named {
+                t.what = format!("{name}: {}", t.what);
+            }
+            match rows.iter_mut().find(|r| r.2.what == t.what) {
                 Some(r) => {
-                    r.calls += t.calls;
-                    r.nanos += t.nanos;
-                    r.wait_nanos += t.wait_nanos;
+                    r.2.calls += t.calls;
+                    r.2.nanos += t.nanos;
+                    r.2.wait_nanos += t.wait_nanos;
                 }
-                None => rows.push(t),
+                None => rows.push((name.clone(), p.is_gpu(), t)),
             }
         }
-        s.set_profiling(false);
+        p.set(false);
     }
-    rows.sort_by_key(|r| std::cmp::Reverse(r.nanos));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.2.nanos));
     let per_tok = |ns: u64| ns as f64 / 1e6 / n as f64;
-    let nodes: f64 = rows.iter().map(|r| per_tok(r.nanos)).sum();
+    let nodes: f64 = rows.iter().map(|r| per_tok(r.2.nanos)).sum();
     println!(
         "\nProfile of {n} decoding steps: {wall:.2} ms per token, of which nodes {nodes:.2} ms \
-         ({:.0} %), the rest scheduler and host",
-        100.0 * nodes / wall.max(1e-9)
+         ({:.0} %), the rest scheduler and host{}",
+        100.0 * nodes / wall.max(1e-9),
+        if rows.iter().any(|r| r.1) {
+            " (GPU nodes: time between the GPU timestamps around each dispatch)"
+        } else {
+            ""
+        }
     );
     println!("| op | ms/token | share | nodes/token | waiting at barriers |");
     println!("| --- | ---: | ---: | ---: | ---: |");
-    for r in &rows {
+    for (_, gpu, r) in &rows {
         let ms = per_tok(r.nanos);
+        let wait = if *gpu {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.0} %",
+                100.0 * r.wait_nanos as f64 / r.nanos.max(1) as f64
+            )
+        };
         println!(
-            "| {} | {ms:.3} | {:.1} % | {:.1} | {:.0} % |",
+            "| {} | {ms:.3} | {:.1} % | {:.1} | {wait} |",
             r.what,
             100.0 * ms / wall.max(1e-9),
             r.calls as f64 / n as f64,
-            100.0 * r.wait_nanos as f64 / r.nanos.max(1) as f64
         );
     }
-    let wait: f64 = rows.iter().map(|r| per_tok(r.wait_nanos)).sum();
+    let wait: f64 = rows.iter().map(|r| per_tok(r.2.wait_nanos)).sum();
     println!(
         "waiting at barriers in all: {wait:.2} ms per token ({:.0} % of the step)",
         100.0 * wait / wall.max(1e-9)

@@ -8,28 +8,14 @@
 //! Two clock reads per node, only while profiling is on; nodes thread 0
 //! runs alone have no barrier and no wait.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-use tessera::{DType, Op};
 
 use super::PlanNode;
 use crate::kernels::TensorRef;
 
-/// Time spent in one kind of node, summed over the computes profiled.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpTime {
-    /// The op and what distinguishes its kernels: `MUL_MAT q4_K n=1`,
-    /// `GET_ROWS q8_0`, `CPY f32->f16`, `ADD`.
-    pub what: String,
-    /// Nodes run.
-    pub calls: u64,
-    /// Wall time of those nodes, in nanoseconds.
-    pub nanos: u64,
-    /// Of which thread 0 waited at the barrier after its share.
-    pub wait_nanos: u64,
-}
+pub use tessera::profile::OpTime;
+use tessera::profile::{OpTotals, op_label};
 
 /// One node's clock, written by thread 0 only.
 #[derive(Default, Debug)]
@@ -79,7 +65,7 @@ impl<'a> Stopwatch<'a> {
 #[derive(Default, Debug)]
 pub(crate) struct Profiler {
     clocks: Vec<NodeClock>,
-    totals: HashMap<String, OpTime>,
+    totals: OpTotals,
 }
 
 impl Profiler {
@@ -96,29 +82,21 @@ impl Profiler {
     /// Add the clocks of the run of `plan` just finished to the totals.
     pub(crate) fn fold(&mut self, plan: &[PlanNode], operands: &[TensorRef]) {
         for (node, c) in plan.iter().zip(&self.clocks) {
-            let what = label(node, operands);
-            let e = self.totals.entry(what.clone()).or_insert(OpTime {
-                what,
-                calls: 0,
-                nanos: 0,
-                wait_nanos: 0,
-            });
-            e.calls += 1;
-            e.nanos += c.total.load(Ordering::Relaxed);
-            e.wait_nanos += c.wait.load(Ordering::Relaxed);
+            self.totals.add(
+                &label(node, operands),
+                c.total.load(Ordering::Relaxed),
+                c.wait.load(Ordering::Relaxed),
+            );
         }
     }
 
     /// The totals, largest first; starts over.
     pub(crate) fn take(&mut self) -> Vec<OpTime> {
-        let mut v: Vec<OpTime> = self.totals.drain().map(|(_, t)| t).collect();
-        v.sort_by(|a, b| b.nanos.cmp(&a.nanos).then_with(|| a.what.cmp(&b.what)));
-        v
+        self.totals.take()
     }
 }
 
-/// What a node is, for the totals: the op, with the weight type and column
-/// count of a matrix product and the types of a copy.
+/// What a node is, for the totals ([`op_label`]).
 fn label(node: &PlanNode, operands: &[TensorRef]) -> String {
     let src = |i: usize| -> Option<&TensorRef> {
         if node.operand_mask & (1 << i) == 0 {
@@ -127,20 +105,10 @@ fn label(node: &PlanNode, operands: &[TensorRef]) -> String {
         let before = (node.operand_mask & ((1 << i) - 1)).count_ones() as usize;
         operands.get(node.first_operand + before)
     };
-    let name = node.op.name();
-    let dtype = |i: usize| src(i).map_or(DType::F32, |s| s.layout.dtype);
-    match node.op {
-        Op::MulMat | Op::MulMatId => {
-            let cols = src(1).map_or(0, |b| b.layout.ne[1]);
-            let n = if cols == 1 { "n=1" } else { "n>1" };
-            format!("{name} {} {n}", dtype(0).name())
-        }
-        Op::GetRows => format!("{name} {}", dtype(0).name()),
-        Op::Cpy | Op::Dup => format!(
-            "{name} {}->{}",
-            dtype(0).name(),
-            node.dst.layout.dtype.name()
-        ),
-        _ => name.to_string(),
-    }
+    op_label(
+        node.op,
+        src(0).map(|s| &s.layout),
+        src(1).map(|s| &s.layout),
+        node.dst.layout.dtype,
+    )
 }
