@@ -8,9 +8,13 @@
 const T_F32: u32 = 0u;
 const T_F16: u32 = 1u;
 const T_Q4_0: u32 = 2u;
+const T_Q4_1: u32 = 3u;
+const T_Q5_0: u32 = 6u;
+const T_Q5_1: u32 = 7u;
 const T_Q8_0: u32 = 8u;
 const T_Q4_K: u32 = 12u;
 const T_Q6_K: u32 = 14u;
+const T_IQ4_NL: u32 = 20u;
 const T_I32: u32 = 26u;
 const T_I64: u32 = 27u;
 const T_BF16: u32 = 30u;

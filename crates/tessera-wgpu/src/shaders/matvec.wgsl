@@ -10,8 +10,8 @@
 // 8) and MV_VEC (1, or 8 when k is a multiple of 8: quantized blocks hold
 // whole groups of 8).
 //
-// Q4_0, Q8_0, Q4_K and Q6_K weights (most decoding) go by units of 16
-// values instead: the scales once, the quants as whole words, and each scale
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K and Q6_K weights (most
+// decoding) go by units of 16 values instead: the scales once, the quants as whole words, and each scale
 // applied once to an integer-valued sum (offsets and mins through the
 // activations' sums, as ggml does).
 
@@ -24,13 +24,33 @@ fn mv_word(p: u32) -> u32 {
     return (s0_w(w) >> 16u) | (s0_w(w + 1u) << 16u);
 }
 
-// Unit u (16 values) of the Q4_0 row at byte `a` against every column:
-// half h of block u / 2, bytes 8h..8h+8 (values 8h + i low, 16 + 8h + i high).
-fn mv_unit_q4_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+// Unit u (16 values) of a row at byte `a` of 32-value blocks with 4-bit
+// quants (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) against every column: half h of
+// block u / 2, quant bytes 8h..8h+8 (values 8h + i low, 16 + 8h + i high;
+// Q5's fifth bits from qh). Value = d (q + off) + m, or d kvalue(q) (IQ4_NL).
+fn mv_unit_q4(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
     let blk = a + (u >> 1u) * P.nb_0.x;
     let h = u & 1u;
     let d = f16_to_f32(s0_h(blk));
-    let q = array<u32, 2>(mv_word(blk + 2u + 8u * h), mv_word(blk + 6u + 8u * h));
+    var m = 0.0;
+    var off = 0.0;
+    var qh = 0u;
+    var qs = blk + 2u;
+    if (s0_T == T_Q4_0) {
+        off = -8.0;
+    } else if (s0_T == T_Q4_1) {
+        m = f16_to_f32(s0_h(blk + 2u));
+        qs = blk + 4u;
+    } else if (s0_T == T_Q5_0) {
+        off = -16.0;
+        qh = s0_h(blk + 2u) | (s0_h(blk + 4u) << 16u);
+        qs = blk + 6u;
+    } else if (s0_T == T_Q5_1) {
+        m = f16_to_f32(s0_h(blk + 2u));
+        qh = s0_h(blk + 4u) | (s0_h(blk + 6u) << 16u);
+        qs = blk + 8u;
+    }
+    let q = array<u32, 2>(mv_word(qs + 8u * h), mv_word(qs + 8u * h + 4u));
     let k0 = (u >> 1u) * 32u + 8u * h;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
         if (c < n) {
@@ -39,12 +59,22 @@ fn mv_unit_q4_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
             var sy = 0.0;
             for (var i = 0u; i < 8u; i = i + 1u) {
                 let byte = q[i / 4u] >> (8u * (i % 4u));
+                var lo = byte & 15u;
+                var hi = (byte >> 4u) & 15u;
+                if (s0_T == T_Q5_0 || s0_T == T_Q5_1) {
+                    lo = lo | (((qh >> (8u * h + i)) & 1u) << 4u);
+                    hi = hi | (((qh >> (16u + 8u * h + i)) & 1u) << 4u);
+                }
                 let y_lo = s1_ld(bc + i * P.nb_1.x);
                 let y_hi = s1_ld(bc + (16u + i) * P.nb_1.x);
-                sqy = sqy + f32(byte & 15u) * y_lo + f32((byte >> 4u) & 15u) * y_hi;
+                if (s0_T == T_IQ4_NL) {
+                    sqy = sqy + kvalue_iq4nl(lo) * y_lo + kvalue_iq4nl(hi) * y_hi;
+                } else {
+                    sqy = sqy + f32(lo) * y_lo + f32(hi) * y_hi;
+                }
                 sy = sy + y_lo + y_hi;
             }
-            (*acc)[c] = (*acc)[c] + d * (sqy - 8.0 * sy);
+            (*acc)[c] = (*acc)[c] + d * (sqy + off * sy) + m * sy;
         }
     }
 }
@@ -174,10 +204,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k = P.ne_0.x;
     let t = lid.x;
     var acc: array<f32, MV_COLS>;
-    let units = s0_T == T_Q4_0 || s0_T == T_Q8_0 || s0_T == T_Q4_K || s0_T == T_Q6_K;
+    let q4 = s0_T == T_Q4_0 || s0_T == T_Q4_1 || s0_T == T_Q5_0 || s0_T == T_Q5_1
+        || s0_T == T_IQ4_NL;
+    let units = q4 || s0_T == T_Q8_0 || s0_T == T_Q4_K || s0_T == T_Q6_K;
     for (var u = t; units && u < k / 16u; u = u + MV_WG) {
-        if (s0_T == T_Q4_0) {
-            mv_unit_q4_0(a, u, b, n, &acc);
+        if (q4) {
+            mv_unit_q4(a, u, b, n, &acc);
         } else if (s0_T == T_Q8_0) {
             mv_unit_q8_0(a, u, b, n, &acc);
         } else if (s0_T == T_Q4_K) {
