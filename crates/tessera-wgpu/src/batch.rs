@@ -61,6 +61,42 @@ pub(crate) struct Timing {
 }
 
 impl Timing {
+    /// Record the copy of the `2 labels.len()` timestamps of `queries` into
+    /// a buffer the host can read.
+    fn resolve(
+        core: &Core,
+        encoder: &mut wgpu::CommandEncoder,
+        queries: &wgpu::QuerySet,
+        labels: Vec<String>,
+        period: f32,
+    ) -> Timing {
+        let count = 2 * labels.len() as u32;
+        let bytes = u64::from(count) * 8;
+        let buffer = |label, usage| {
+            core.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolve = buffer(
+            "tessera-timestamps",
+            wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        );
+        let readback = buffer(
+            "tessera-timestamps-read",
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        encoder.resolve_query_set(queries, 0..count, &resolve, 0);
+        encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
+        Timing {
+            readback,
+            labels,
+            period,
+        }
+    }
+
     /// Wait for the batch, read its timestamps and add each dispatch's GPU
     /// time to `totals` under its label.
     pub(crate) fn fold(self, core: &Core, totals: &mut OpTotals) -> Result<()> {
@@ -300,28 +336,9 @@ impl<'a> Batch<'a> {
                 }
                 let timing = match (queries, timed) {
                     (Some(q), Some((n, period))) => {
-                        let bytes = (2 * n * 8) as u64;
-                        let resolve = core.device.create_buffer(&wgpu::BufferDescriptor {
-                            label: Some("tessera-timestamps"),
-                            size: bytes,
-                            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                            mapped_at_creation: false,
-                        });
-                        let readback = core.device.create_buffer(&wgpu::BufferDescriptor {
-                            label: Some("tessera-timestamps-read"),
-                            size: bytes,
-                            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                            mapped_at_creation: false,
-                        });
-                        encoder.resolve_query_set(&q, 0..2 * n as u32, &resolve, 0);
-                        encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
                         let mut labels = self.labels.unwrap_or_default();
                         labels.truncate(n);
-                        Some(Timing {
-                            readback,
-                            labels,
-                            period,
-                        })
+                        Some(Timing::resolve(core, &mut encoder, &q, labels, period))
                     }
                     _ => None,
                 };
