@@ -13,6 +13,7 @@ const T_Q5_0: u32 = 6u;
 const T_Q5_1: u32 = 7u;
 const T_Q8_0: u32 = 8u;
 const T_Q4_K: u32 = 12u;
+const T_Q5_K: u32 = 13u;
 const T_Q6_K: u32 = 14u;
 const T_IQ4_NL: u32 = 20u;
 const T_I32: u32 = 26u;

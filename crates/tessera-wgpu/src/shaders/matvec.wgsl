@@ -10,8 +10,8 @@
 // 8) and MV_VEC (1, or 8 when k is a multiple of 8: quantized blocks hold
 // whole groups of 8).
 //
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K and Q6_K weights (most
-// decoding) go by units of 16 values instead: the scales once, the quants as whole words, and each scale
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_K, Q5_K and Q6_K weights and
+// contiguous F16/BF16 rows (most decoding) go by units of 16 values instead: the scales once, the quants as whole words, and each scale
 // applied once to an integer-valued sum (offsets and mins through the
 // activations' sums, as ggml does).
 
@@ -111,10 +111,11 @@ fn q4k_scale_min(blk: u32, sub: u32) -> vec2<f32> {
     return vec2<f32>(f32(s), f32(m));
 }
 
-// Unit u (16 values) of the Q4_K row at byte `a`: block u / 16, group
-// g = (u % 16) / 4 of 64 values, quarter e of its 32 quant bytes: values
-// 64g + 8e + i (low nibbles, sub-block 2g) and 64g + 32 + 8e + i (high, 2g + 1).
-fn mv_unit_q4_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+// Unit u (16 values) of the Q4_K or Q5_K row at byte `a`: block u / 16,
+// group g = (u % 16) / 4 of 64 values, quarter e of its 32 quant bytes:
+// values 64g + 8e + i (low nibbles, sub-block 2g) and 64g + 32 + 8e + i
+// (high nibbles, 2g + 1); Q5_K's fifth bits are bits 2g and 2g + 1 of qh[8e + i].
+fn mv_unit_qk(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
     let blk = a + (u >> 4u) * P.nb_0.x;
     let g = (u & 15u) >> 2u;
     let e = u & 3u;
@@ -122,7 +123,12 @@ fn mv_unit_q4_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
     let dmin = f16_to_f32(s0_h(blk + 2u));
     let lo_sm = q4k_scale_min(blk, 2u * g);
     let hi_sm = q4k_scale_min(blk, 2u * g + 1u);
-    let p = blk + 16u + 32u * g + 8u * e;
+    var p = blk + 16u + 32u * g + 8u * e;
+    var qh = array<u32, 2>(0u, 0u);
+    if (s0_T == T_Q5_K) {
+        qh = array<u32, 2>(mv_word(blk + 16u + 8u * e), mv_word(blk + 20u + 8u * e));
+        p = blk + 48u + 32u * g + 8u * e;
+    }
     let q = array<u32, 2>(mv_word(p), mv_word(p + 4u));
     let k0 = (u >> 4u) * 256u + 64u * g + 8u * e;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
@@ -134,15 +140,49 @@ fn mv_unit_q4_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
             var y_hi = 0.0;
             for (var i = 0u; i < 8u; i = i + 1u) {
                 let byte = q[i / 4u] >> (8u * (i % 4u));
+                var lo = byte & 15u;
+                var hi = (byte >> 4u) & 15u;
+                if (s0_T == T_Q5_K) {
+                    let hb = qh[i / 4u] >> (8u * (i % 4u));
+                    lo = lo | (((hb >> (2u * g)) & 1u) << 4u);
+                    hi = hi | (((hb >> (2u * g + 1u)) & 1u) << 4u);
+                }
                 let yl = s1_ld(bc + i * P.nb_1.x);
                 let yh = s1_ld(bc + (32u + i) * P.nb_1.x);
-                qy_lo = qy_lo + f32(byte & 15u) * yl;
-                qy_hi = qy_hi + f32((byte >> 4u) & 15u) * yh;
+                qy_lo = qy_lo + f32(lo) * yl;
+                qy_hi = qy_hi + f32(hi) * yh;
                 y_lo = y_lo + yl;
                 y_hi = y_hi + yh;
             }
             (*acc)[c] = (*acc)[c] + d * (lo_sm.x * qy_lo + hi_sm.x * qy_hi)
                 - dmin * (lo_sm.y * y_lo + hi_sm.y * y_hi);
+        }
+    }
+}
+
+// Unit u (16 values) of an F16 or BF16 row at byte `a`: values 16u..16u+16,
+// two to a word.
+fn mv_unit_half(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_COLS>>) {
+    var w: array<f32, 16>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        let word = mv_word(a + 32u * u + 4u * i);
+        if (s0_T == T_F16) {
+            let v = unpack2x16float(word);
+            w[2u * i] = v.x;
+            w[2u * i + 1u] = v.y;
+        } else {
+            w[2u * i] = bitcast<f32>(word << 16u);
+            w[2u * i + 1u] = bitcast<f32>(word & 0xffff0000u);
+        }
+    }
+    for (var c = 0u; c < MV_COLS; c = c + 1u) {
+        if (c < n) {
+            let bc = b + c * P.nb_1.y + 16u * u * P.nb_1.x;
+            var s = 0.0;
+            for (var i = 0u; i < 16u; i = i + 1u) {
+                s = s + w[i] * s1_ld(bc + i * P.nb_1.x);
+            }
+            (*acc)[c] = (*acc)[c] + s;
         }
     }
 }
@@ -206,14 +246,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc: array<f32, MV_COLS>;
     let q4 = s0_T == T_Q4_0 || s0_T == T_Q4_1 || s0_T == T_Q5_0 || s0_T == T_Q5_1
         || s0_T == T_IQ4_NL;
-    let units = q4 || s0_T == T_Q8_0 || s0_T == T_Q4_K || s0_T == T_Q6_K;
+    let qk = s0_T == T_Q4_K || s0_T == T_Q5_K;
+    let half = s0_T == T_F16 || s0_T == T_BF16;
+    // F16/BF16 rows by units when contiguous and k is a multiple of 16.
+    let half_units = half && k % 16u == 0u && P.nb_0.x == 2u;
+    let units = q4 || qk || half_units || s0_T == T_Q8_0 || s0_T == T_Q6_K;
     for (var u = t; units && u < k / 16u; u = u + MV_WG) {
         if (q4) {
             mv_unit_q4(a, u, b, n, &acc);
         } else if (s0_T == T_Q8_0) {
             mv_unit_q8_0(a, u, b, n, &acc);
-        } else if (s0_T == T_Q4_K) {
-            mv_unit_q4_k(a, u, b, n, &acc);
+        } else if (qk) {
+            mv_unit_qk(a, u, b, n, &acc);
+        } else if (half) {
+            mv_unit_half(a, u, b, n, &acc);
         } else {
             mv_unit_q6_k(a, u, b, n, &acc);
         }
