@@ -90,6 +90,7 @@ macro_rules! matvec {
             $vec,
             "u;\n",
             include_str!("shaders/matmul_common.wgsl"),
+            include_str!("shaders/matvec_units.wgsl"),
             include_str!("shaders/matvec.wgsl")
         )
     };
