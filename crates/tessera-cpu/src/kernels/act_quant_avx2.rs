@@ -25,14 +25,15 @@ pub(crate) fn convert_fn(dst_type: DType) -> Option<ConvertFn> {
     imp::convert_fn(dst_type)
 }
 
-/// Quantizes 32 values to `q = round(x / d)` (half away from zero,
-/// saturating, NaN to 0) with `d = max|x| / 127`, returning `d`: the integer
-/// GEMM's activation panels (`pack_b_q8`), bit-identical to its portable loop.
-pub(crate) type Quant32Fn = fn(x: &[f32; 32], q: &mut [i8; 32]) -> f32;
+/// Quantizes blocks of 32 values (`x`, `d.len()` blocks) to `q = round(x /
+/// d)` (half away from zero, saturating, NaN to 0) with `d = max|x| / 127`
+/// per block: the integer GEMM's activation panels (`pack_b_q8`),
+/// bit-identical to its portable loop. `q` holds `x.len()` codes.
+pub(crate) type QuantBlocksFn = fn(x: &[f32], q: &mut [i8], d: &mut [f32]);
 
-/// The AVX2 [`Quant32Fn`], if the CPU has AVX2, FMA and F16C.
-pub(crate) fn quant32_fn() -> Option<Quant32Fn> {
-    imp::quant32_fn()
+/// The AVX2 [`QuantBlocksFn`], if the CPU has AVX2, FMA and F16C.
+pub(crate) fn quant_blocks_fn() -> Option<QuantBlocksFn> {
+    imp::quant_blocks_fn()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -43,7 +44,7 @@ mod imp {
         None
     }
 
-    pub fn quant32_fn() -> Option<Quant32Fn> {
+    pub fn quant_blocks_fn() -> Option<QuantBlocksFn> {
         None
     }
 }
@@ -68,30 +69,57 @@ mod imp {
         })
     }
 
-    pub fn quant32_fn() -> Option<Quant32Fn> {
+    pub fn quant_blocks_fn() -> Option<QuantBlocksFn> {
         if !Isa::Avx2.available() {
             return None;
         }
-        Some(quant32_safe)
+        Some(quant_blocks_safe)
     }
 
-    fn quant32_safe(x: &[f32; 32], q: &mut [i8; 32]) -> f32 {
-        // SAFETY: only handed out by `quant32_fn` after checking AVX2, FMA
-        // and F16C.
-        unsafe { quant32(x, q) }
+    fn quant_blocks_safe(x: &[f32], q: &mut [i8], d: &mut [f32]) {
+        // SAFETY: only handed out by `quant_blocks_fn` after checking AVX2,
+        // FMA and F16C.
+        unsafe { quant_blocks(x, q, d) }
     }
 
+    /// Eight blocks at a time: their scales and inverses in one vector
+    /// division each (the same IEEE operations as the scalar code).
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn quant32(x: &[f32; 32], q: &mut [i8; 32]) -> f32 {
-        let amax = abs_max(x);
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let vid = _mm256_set1_ps(id);
-        let v = |i: usize| to_i32_sat(round_away(_mm256_mul_ps(load8(&x[8 * i..]), vid)));
-        let packed = pack32(v(0), v(1), v(2), v(3));
-        // SAFETY: `q` is 32 bytes.
-        unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), packed) };
-        d
+    fn quant_blocks(x: &[f32], q: &mut [i8], d: &mut [f32]) {
+        let nb = d.len().min(x.len() / 32).min(q.len() / 32);
+        let mut b0 = 0;
+        while b0 < nb {
+            let g = (nb - b0).min(8);
+            let mut amax = [0f32; 8];
+            for (j, a) in amax.iter_mut().enumerate().take(g) {
+                *a = abs_max(&x[32 * (b0 + j)..32 * (b0 + j + 1)]);
+            }
+            // SAFETY: `amax` holds 8 f32.
+            let vd = _mm256_div_ps(
+                unsafe { _mm256_loadu_ps(amax.as_ptr()) },
+                _mm256_set1_ps(127.0),
+            );
+            let nz = _mm256_cmp_ps::<_CMP_NEQ_OQ>(vd, _mm256_setzero_ps());
+            let vid = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0), vd), nz);
+            let (mut ds, mut ids) = ([0f32; 8], [0f32; 8]);
+            // SAFETY: both arrays hold 8 f32.
+            unsafe {
+                _mm256_storeu_ps(ds.as_mut_ptr(), vd);
+                _mm256_storeu_ps(ids.as_mut_ptr(), vid);
+            }
+            for j in 0..g {
+                let b = b0 + j;
+                d[b] = ds[j];
+                let xb = &x[32 * b..32 * b + 32];
+                let vid = _mm256_set1_ps(ids[j]);
+                let v = |i: usize| to_i32_sat(round_away(_mm256_mul_ps(load8(&xb[8 * i..]), vid)));
+                let packed = pack32(v(0), v(1), v(2), v(3));
+                let qb = &mut q[32 * b..32 * b + 32];
+                // SAFETY: `qb` is 32 bytes.
+                unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), packed) };
+            }
+            b0 += g;
+        }
     }
 
     macro_rules! safe_wrapper {

@@ -151,23 +151,29 @@ pub(crate) unsafe fn pack_b_q8(
     // SAFETY: the scales follow the k * nr code bytes (4-byte aligned: k is
     // a multiple of 32).
     let scales = unsafe { out.add(k * nr) }.cast::<f32>();
-    let quant = super::act_quant_avx2::quant32_fn().unwrap_or(quant32);
-    let mut x = [0f32; QB];
-    let mut q = [0i8; QB];
+    let quant = super::act_quant_avx2::quant_blocks_fn().unwrap_or(quant_blocks);
+    // Up to CHUNK values of a column at a time (8 blocks: one vector
+    // division for their scales).
+    const CHUNK: usize = 8 * QB;
+    let mut x = [0f32; CHUNK];
+    let mut q = [0i8; CHUNK];
+    let mut d = [0f32; CHUNK / QB];
     for c in 0..nr {
         let mut l = l0;
         while l < l1 {
+            let len = (l1 - l).min(CHUNK);
             match cols.get(c) {
                 Some(&p) => {
-                    for (i, v) in x.iter_mut().enumerate() {
+                    for (i, v) in x.iter_mut().enumerate().take(len) {
                         // SAFETY: element l + i < l1 of column c.
                         *v = unsafe { p.add((l + i) * nb0).cast::<f32>().read_unaligned() };
                     }
                 }
-                None => x = [0.0; QB],
+                None => x[..len].fill(0.0),
             }
-            let d = quant(&x, &mut q);
-            for (g, four) in q.chunks_exact(4).enumerate() {
+            let nblk = len / QB;
+            quant(&x[..len], &mut q[..len], &mut d[..nblk]);
+            for (g, four) in q[..len].chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([
                     four[0] as u8,
                     four[1] as u8,
@@ -181,30 +187,32 @@ pub(crate) unsafe fn pack_b_q8(
                         .write_unaligned(word)
                 };
             }
-            for (h, part) in q.chunks_exact(s).enumerate() {
+            for (h, part) in q[..len].chunks_exact(s).enumerate() {
                 let sum: i32 = part.iter().map(|&v| i32::from(v)).sum();
                 let sb = (l + h * s) / s;
+                let db = d[h * s / QB];
                 // SAFETY: scales (sb, c) of the group, sb < k / s.
                 unsafe {
-                    *scales.add((sb * nr + c) * 2) = d;
-                    *scales.add((sb * nr + c) * 2 + 1) = d * sum as f32;
+                    *scales.add((sb * nr + c) * 2) = db;
+                    *scales.add((sb * nr + c) * 2 + 1) = db * sum as f32;
                 }
             }
-            l += QB;
+            l += len;
         }
     }
 }
 
-/// The portable [`super::act_quant_avx2::Quant32Fn`]: `q = round(x / d)`
-/// with `d = max|x| / 127`.
-fn quant32(x: &[f32; QB], q: &mut [i8; QB]) -> f32 {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    for (o, v) in q.iter_mut().zip(x) {
-        *o = (v * id).round() as i8;
+/// The portable [`super::act_quant_avx2::QuantBlocksFn`]: per block of
+/// [`QB`], `q = round(x / d)` with `d = max|x| / 127`.
+fn quant_blocks(x: &[f32], q: &mut [i8], d: &mut [f32]) {
+    for ((xb, qb), db) in x.chunks_exact(QB).zip(q.chunks_exact_mut(QB)).zip(d) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        *db = amax / 127.0;
+        let id = if *db != 0.0 { 1.0 / *db } else { 0.0 };
+        for (o, v) in qb.iter_mut().zip(xb) {
+            *o = (v * id).round() as i8;
+        }
     }
-    d
 }
 
 /// Unpack whole blocks of type `t` (`src`) into codes (one byte per value)
