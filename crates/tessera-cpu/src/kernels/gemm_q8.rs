@@ -162,17 +162,28 @@ pub(crate) unsafe fn pack_b_q8(
         let mut l = l0;
         while l < l1 {
             let len = (l1 - l).min(CHUNK);
-            match cols.get(c) {
+            let src: &[f32] = match cols.get(c) {
+                // A contiguous, aligned column is quantized where it lies.
+                Some(&p) if nb0 == 4 && (p as usize).is_multiple_of(4) => {
+                    // SAFETY: the column holds l1 f32 at stride 4 from `p`,
+                    // which is 4-byte aligned; elements l..l + len < l1 are
+                    // only read while this call runs.
+                    unsafe { std::slice::from_raw_parts(p.add(l * 4).cast::<f32>(), len) }
+                }
                 Some(&p) => {
                     for (i, v) in x.iter_mut().enumerate().take(len) {
                         // SAFETY: element l + i < l1 of column c.
                         *v = unsafe { p.add((l + i) * nb0).cast::<f32>().read_unaligned() };
                     }
+                    &x[..len]
                 }
-                None => x[..len].fill(0.0),
-            }
+                None => {
+                    x[..len].fill(0.0);
+                    &x[..len]
+                }
+            };
             let nblk = len / QB;
-            quant(&x[..len], &mut q[..len], &mut d[..nblk]);
+            quant(src, &mut q[..len], &mut d[..nblk]);
             for (g, four) in q[..len].chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([
                     four[0] as u8,
