@@ -251,7 +251,7 @@ impl Executor {
                 None => {
                     self.cache.invalidate();
                     let scratch_bytes =
-                        self.validate_and_plan(graph, placement, start..end, nth)?;
+                        self.validate_and_plan(graph, placement, start..end, nth, isa)?;
                     self.cache
                         .record(graph, placement, (start, end), nth, scratch_bytes);
                 }
@@ -291,6 +291,7 @@ impl Executor {
         placement: &Placement,
         range: std::ops::Range<usize>,
         nth: usize,
+        isa: Isa,
     ) -> Result<usize> {
         let computes = |i: usize| {
             graph
@@ -313,7 +314,7 @@ impl Executor {
             }
         }
         placement.check_complete(graph, range.clone())?;
-        self.plan_nodes(graph, placement, range, nth)
+        self.plan_nodes(graph, placement, range, nth, isa)
     }
 
     /// Run the planned nodes on `nth` threads.
@@ -395,6 +396,7 @@ impl Executor {
         placement: &Placement,
         range: std::ops::Range<usize>,
         nth: usize,
+        isa: Isa,
     ) -> Result<usize> {
         self.plan.clear();
         self.operands.clear();
@@ -434,7 +436,13 @@ impl Executor {
             let solo = nth > 1
                 && work_bytes(&node.op, dst_bytes, &src_bytes).is_some_and(|b| b <= SOLO_MAX_BYTES);
             check_writable(graph, placement, id)?;
-            scratch = scratch.max(kernels::scratch_size(&node.op, &dst.layout, &layouts, nth));
+            scratch = scratch.max(kernels::scratch_size(
+                &node.op,
+                &dst.layout,
+                &layouts,
+                nth,
+                isa,
+            ));
             self.plan.push(PlanNode {
                 kernel,
                 op: node.op,

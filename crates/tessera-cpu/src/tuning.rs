@@ -399,9 +399,10 @@ pub(crate) fn gemm_from(t: DType) -> Option<usize> {
 }
 
 /// Columns per weight matrix from which MUL_MAT of weights `t` uses the
-/// packed GEMM now (override, tuning or default).
+/// packed GEMM now (override, tuning or default) on a stream of the
+/// process's kernel family ([`Isa::from_env`]).
 pub fn gemm_min_cols(t: DType) -> usize {
-    crate::kernels::gemm::min_cols(t)
+    crate::kernels::gemm::min_cols(t, Isa::from_env())
 }
 
 /// Use the packed GEMM for MUL_MAT from `cols` columns per weight matrix on,

@@ -61,7 +61,7 @@ fn run_with(kernel: KernelFn, nth: usize, solo: [bool; 6]) -> (Result<()>, Execu
     }
     let mut ex = Executor::new(nth).unwrap();
     ex.generation += 1;
-    let bytes = ex.plan_nodes(&g, &p, 0..g.len(), nth).unwrap();
+    let bytes = ex.plan_nodes(&g, &p, 0..g.len(), nth, Isa::best()).unwrap();
     assert_eq!(ex.plan.len(), 6);
     // Tiny nodes are solo whenever there is more than one thread.
     assert!(ex.plan.iter().all(|n| n.solo == (nth > 1)));

@@ -202,10 +202,10 @@ fn run(
 ) -> Result<Vec<f32>, Vec<String>> {
     let mut out = Mem::new(dst.nbytes() + GUARD);
     out.bytes().fill(0xA5);
-    let mut scratch_mem = Mem::new(mul_mat_scratch_size(&a.layout, &b.layout, nth));
+    let mut scratch_mem = Mem::new(mul_mat_scratch_size(&a.layout, &b.layout, nth, isa));
     let scratch = Scratch {
         ptr: scratch_mem.ptr(),
-        len: mul_mat_scratch_size(&a.layout, &b.layout, nth),
+        len: mul_mat_scratch_size(&a.layout, &b.layout, nth, isa),
     };
     let mut src = [None; MAX_SRC];
     src[0] = Some(a.tref());
@@ -465,7 +465,7 @@ fn unsupported_operands_are_refused_and_bad_nodes_fail_on_every_thread() {
         &Layout::contiguous(DType::F32, &[4, 2]).unwrap()
     ));
     // Scratch covers the converted activations: Q8_0 rows of 64 values are 68 bytes.
-    assert!(mul_mat_scratch_size(&a, &b, 3) >= 2 * 68);
+    assert!(mul_mat_scratch_size(&a, &b, 3, Isa::best()) >= 2 * 68);
 
     // A wrong dst shape fails on every thread, after the same barrier count
     // (a deadlock would hang the test).

@@ -55,9 +55,10 @@ const BP_CAP: usize = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 /// A cache line.
 pub(crate) const LINE: usize = 64;
 
-/// Should MUL_MAT of weights `a` by activations `b` use the GEMM?
-pub fn applies(a: &Layout, b: &Layout) -> bool {
-    check(a, b).is_ok() && cols_per_matrix(a, b) >= min_cols(a.dtype)
+/// Should MUL_MAT of weights `a` by activations `b` use the GEMM on a
+/// stream running `isa`'s kernels?
+pub fn applies(a: &Layout, b: &Layout, isa: Isa) -> bool {
+    check(a, b).is_ok() && cols_per_matrix(a, b) >= min_cols(a.dtype, isa)
 }
 
 /// Scratch bytes the GEMM needs for `a x b` on `nth` threads (enough for
@@ -103,16 +104,18 @@ pub fn set_min_cols_override(cols: Option<usize>) {
 /// columns for the float types and 24-40 for quantized types without an
 /// integer kernel. Depends on the dot-product path too: re-measure when
 /// either changes.
-pub(crate) fn min_cols(t: DType) -> usize {
+pub(crate) fn min_cols(t: DType, isa: Isa) -> usize {
     if let Some(v) = MIN_COLS_OVERRIDE.load(Ordering::Relaxed).checked_sub(1) {
         return v;
     }
     if let Some(v) = crate::tuning::gemm_from(t) {
         return v;
     }
-    // The best kernels of the CPU the tuning allows decide (not the
-    // stream's ISA), so that scratch sizing and dispatch always agree.
-    let best = crate::tuning::gemm_isa(t, Isa::best());
+    // The kernels the stream's family and the tuning allow decide (scratch
+    // sizing and dispatch are both given the stream's family, so they
+    // agree): an AVX2 stream on an AVX-512 CPU measures what an AVX2 CPU
+    // runs.
+    let best = crate::tuning::gemm_isa(t, isa.at_most_available());
     let int_ok = crate::tuning::gemm_int(t);
     let vnni = int_ok && super::gemm_vnni::kernels(best).is_some_and(|k| k.types.contains(&t));
     let int = int_ok && int_kernels(t, best).is_some();

@@ -473,3 +473,25 @@ fn each_isa_takes_its_own_kernels() {
         }
     }
 }
+
+/// The stream's family decides where the GEMM starts, as it decides the
+/// kernels: IQ4_NL has an integer GEMM on VNNI only, so with 8 columns an
+/// AVX-512 stream takes the GEMM and an AVX2 stream on the same CPU the dot
+/// tiles, as an AVX2-only CPU does (before, the CPU's best family decided
+/// and an AVX2 stream ran the f32 GEMM instead, 1.3x slower there).
+#[test]
+fn the_stream_family_decides_where_the_gemm_starts() {
+    let a = Layout::contiguous(DType::IQ4NL, &[256, 64]).unwrap();
+    let b = Layout::contiguous(DType::F32, &[256, 8]).unwrap();
+    assert!(!super::gemm::applies(&a, &b, Isa::Avx2));
+    assert!(!super::gemm::applies(&a, &b, Isa::Scalar));
+    let vnni =
+        super::gemm_vnni::kernels(Isa::Avx512).is_some_and(|k| k.types.contains(&DType::IQ4NL));
+    assert_eq!(super::gemm::applies(&a, &b, Isa::Avx512), vnni);
+    // Scratch sizing follows the same family: the tiles' conversion
+    // scratch for AVX2, the GEMM's (much larger) where it applies.
+    let small = super::matmul::mul_mat_scratch_size(&a, &b, 2, Isa::Avx2);
+    let big = super::matmul::mul_mat_scratch_size(&a, &b, 2, Isa::Avx512);
+    assert!(small < usize::MAX);
+    assert_eq!(big > small, vnni);
+}

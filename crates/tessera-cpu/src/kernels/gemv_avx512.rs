@@ -12,7 +12,8 @@
 //! - Floats (F32, F16 x F32, BF16 x F32, F16 x F16, BF16 x BF16): `R x C`
 //!   accumulators of 16 lanes; the last `n % 16` values use masked loads.
 //! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`]; Q4_1,
-//!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`].
+//!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`], IQ4_XS
+//!   in [`super::gemv_avx512_iq4xs`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
 //! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
@@ -57,8 +58,11 @@ pub(crate) mod imp {
     use std::arch::x86_64::*;
 
     use super::*;
+    use crate::kernels::dot_iq4::IQ4_XS_BYTES;
+    use crate::kernels::dot_quant::Q8K_BYTES;
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
+    use crate::kernels::gemv_avx512_iq4xs::iq4_xs_tile;
     use crate::kernels::gemv_avx512_q5::{
         IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
         block_bytes as q5b, q5_tile,
@@ -76,6 +80,7 @@ pub(crate) mod imp {
             DType::Q5_0 => q5_0_safe,
             DType::Q5_1 => q5_1_safe,
             DType::IQ4NL => iq4_nl_safe,
+            DType::IQ4XS => iq4_xs_safe,
             _ => return None,
         })
     }
@@ -193,6 +198,16 @@ pub(crate) mod imp {
     safe_tile!(q5_0_safe, q5_0_tile, B50.0, B50.1, 4, 2, 4, 2);
     safe_tile!(q5_1_safe, q5_1_tile, B51.0, B51.1, 4, 2, 4, 2);
     safe_tile!(iq4_nl_safe, iq4_nl_tile, BNL.0, BNL.1, 4, 2, 4, 2);
+    safe_tile!(
+        iq4_xs_safe,
+        iq4_xs_tile,
+        IQ4_XS_BYTES,
+        Q8K_BYTES,
+        4,
+        2,
+        4,
+        2
+    );
 
     /// The sum of the lanes of every accumulator (sixteen at a time through
     /// a transposing add tree when there are several: 45 instructions for

@@ -39,6 +39,7 @@ use super::dot::{
     vec_dot_type,
 };
 use super::{NodeCtx, TensorRef};
+use crate::isa::Isa;
 
 pub mod id;
 
@@ -69,9 +70,9 @@ pub fn mul_mat_supported(a: &Layout, b: &Layout) -> bool {
 
 /// Scratch bytes a MUL_MAT node needs (the chunk counter and the activations
 /// converted to the weights' dot type); `usize::MAX` if that overflows.
-pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize, isa: Isa) -> usize {
     // Many columns: the packed GEMM (kernels/gemm.rs).
-    if super::gemm::applies(a, b) {
+    if super::gemm::applies(a, b, isa) {
         return super::gemm::scratch_size(a, b, nth);
     }
     let _ = nth;
@@ -82,7 +83,7 @@ pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
 pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
     // Many columns: the packed GEMM (kernels/gemm.rs).
     if let (Some(a), Some(b)) = (ctx.src[0], ctx.src[1])
-        && super::gemm::applies(&a.layout, &b.layout)
+        && super::gemm::applies(&a.layout, &b.layout, ctx.isa)
     {
         return super::gemm::mul_mat(ctx);
     }

@@ -181,6 +181,7 @@ mod gemv_avx2_q4_0;
 mod gemv_avx2_q5;
 mod gemv_avx2_q8;
 mod gemv_avx512;
+mod gemv_avx512_iq4xs;
 mod gemv_avx512_q5;
 mod gemv_avx512_q8;
 pub mod glu;
@@ -238,10 +239,16 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
 
 /// Scratch bytes node `op` needs when `nth` threads compute it; `dst` and
 /// `src` are the layouts of its result and operands.
-pub fn scratch_size(op: &Op, dst: &Layout, src: &[Option<&Layout>; MAX_SRC], nth: usize) -> usize {
+pub fn scratch_size(
+    op: &Op,
+    dst: &Layout,
+    src: &[Option<&Layout>; MAX_SRC],
+    nth: usize,
+    isa: Isa,
+) -> usize {
     let _ = dst;
     match (op, src[0], src[1], src[2]) {
-        (Op::MulMat, Some(a), Some(b), _) => matmul::mul_mat_scratch_size(a, b, nth),
+        (Op::MulMat, Some(a), Some(b), _) => matmul::mul_mat_scratch_size(a, b, nth, isa),
         (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
             matmul::id::mul_mat_id_scratch_size(a, b, ids)
         }
