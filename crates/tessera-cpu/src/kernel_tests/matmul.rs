@@ -345,6 +345,12 @@ fn all_shapes(t: DType, seed: u64) {
     let (mut a, deq) = weights(t, [k, 67, 1, 1], [1, 2, 3], &mut rng);
     let mut b = activations([k, 35, 1, 1], [0, 1, 2, 3], &mut rng);
     check(&pool, "many chunks", &mut a, &deq, &mut b);
+    // One column over 2,051 short rows: several chunks of 64-512 rows (at
+    // least four per thread), the last one partial, each read as four row
+    // streams whose last tiles have fewer rows (2,051 is odd).
+    let (mut a, deq) = weights(t, [k, 2051, 1, 1], [1, 2, 3], &mut rng);
+    let mut b = activations([k, 1, 1, 1], [0, 1, 2, 3], &mut rng);
+    check(&pool, "one column, many short rows", &mut a, &deq, &mut b);
 }
 
 #[test]
