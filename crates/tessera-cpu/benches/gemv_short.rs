@@ -35,7 +35,7 @@ fn main() {
     divan::main();
 }
 
-#[divan::bench(args = [DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::F16], sample_count = 10, sample_size = 1)]
+#[divan::bench(args = [DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::F16, DType::Q4K, DType::Q6K], sample_count = 10, sample_size = 1)]
 fn gemma_output(bencher: divan::Bencher, t: DType) {
     let row = t.row_size(k_len()).unwrap();
     let mut seed = 0x9e37_79b9_u64;

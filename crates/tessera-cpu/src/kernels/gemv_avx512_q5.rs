@@ -24,7 +24,7 @@ use super::dot_quant::Q8_0_BYTES;
 use super::dot_quant5::{Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_1_BYTES};
 use super::gemv_avx2_iq4::imp as iq4_avx2;
 use super::gemv_avx2_q5::imp as q5_avx2;
-use super::gemv_avx2_q8::{prefetch, scales8};
+use super::gemv_avx2_q8::{prefetch, scales_upto, scales8};
 use super::gemv_avx512::imp::sums;
 use super::gemv_avx512_q8::{quad, quarter_index};
 
@@ -82,34 +82,44 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     let mut accm = [[_mm256_setzero_ps(); R]; C];
     let mut b = 0;
-    while b + SB <= nb {
+    // Groups of eight blocks, then one of four if that many are left (the
+    // four-block tail of Gemma 3's 20-block rows, which would otherwise go
+    // through the AVX2 tile and its own setup).
+    while b + 4 <= nb {
+        let g = if b + SB <= nb { SB } else { 4 };
+        // The scales of the group's blocks (zero past them).
+        let scales = |p: *const u8, stride: usize| {
+            // SAFETY: the callers pass a row or column with blocks
+            // b..b + g <= nb at `p`.
+            unsafe {
+                if g == SB {
+                    scales8(p, stride)
+                } else {
+                    scales_upto(p, stride, g)
+                }
+            }
+        };
         let mut ds = [[_mm512_setzero_ps(); R]; C];
         let mut dy = [_mm256_setzero_ps(); C];
         let mut sy = [_mm256_setzero_ps(); C];
         for c in 0..C {
-            // SAFETY: blocks b..b + 8 < nb of column c: d at 0, s at 2.
-            unsafe {
-                let p = ys[c].add(b * yb);
-                dy[c] = scales8(p, yb);
-                if has_min {
-                    sy[c] = scales8(p.add(2), yb);
-                }
+            // SAFETY: blocks b..b + g <= nb of column c: d at 0, s at 2.
+            let p = unsafe { ys[c].add(b * yb) };
+            dy[c] = scales(p, yb);
+            if has_min {
+                sy[c] = scales(p.wrapping_add(2), yb);
             }
         }
         for r in 0..R {
-            // SAFETY: blocks b..b + 8 of row r: d at 0, m at 2.
-            let (dx, mx) = unsafe {
-                let p = xs[r].add(b * xb);
-                (
-                    scales8(p, xb),
-                    if has_min {
-                        scales8(p.add(2), xb)
-                    } else {
-                        _mm256_setzero_ps()
-                    },
-                )
+            // SAFETY: blocks b..b + g of row r: d at 0, m at 2.
+            let p = unsafe { xs[r].add(b * xb) };
+            let dx = scales(p, xb);
+            let mx = if has_min {
+                scales(p.wrapping_add(2), xb)
+            } else {
+                _mm256_setzero_ps()
             };
-            prefetch(xs[r].wrapping_add(b * xb), SB * xb + 63);
+            prefetch(p, g * xb + 63);
             for c in 0..C {
                 ds[c][r] = _mm512_castps256_ps512(_mm256_mul_ps(dx, dy[c]));
                 if has_min {
@@ -117,7 +127,7 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
                 }
             }
         }
-        for i in (0..SB).step_by(4) {
+        for i in (0..g).step_by(4) {
             let idx = quarter_index(i);
             let mut ylo = [zero; C];
             let mut yhi = [zero; C];
@@ -168,7 +178,7 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
                 }
             }
         }
-        b += SB;
+        b += g;
     }
     let mut out = sums(&acc);
     for c in 0..C {
@@ -181,9 +191,8 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
             }
         }
     }
-    // The blocks past the last group of eight (short rows have a large
-    // share of them: Gemma 3's 640 values are 20 blocks), by the AVX2
-    // tile, which takes a partial group at once.
+    // The blocks past the last group (fewer than four) by the AVX2 tile,
+    // which takes a partial group at once.
     let n = nb - b;
     if n > 0 {
         // SAFETY: blocks b..nb of every row and column (the caller's

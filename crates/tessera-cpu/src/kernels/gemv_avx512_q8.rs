@@ -52,17 +52,23 @@ unsafe fn block_scales<const R: usize, const C: usize>(
     ds
 }
 
-/// The f16 scales of the eight Q8_0 blocks at `p` as f32 in the order of
-/// [`block_sums`]: lane `4 * l + j` holds block `2 * j + l / 2`. Put together
-/// in general-purpose registers (ports the vector work leaves idle).
+/// The f16 scales of the first `n` (4 or 8) Q8_0 blocks at `p` as f32 in
+/// the order of [`block_sums`]: lane `4 * l + j` holds block `2 * j + l / 2`
+/// (zero for the blocks past `n`). Put together in general-purpose
+/// registers (ports the vector work leaves idle).
 ///
 /// # Safety
-/// Blocks `0..8` at `p` must be readable.
+/// Blocks `0..n` at `p` must be readable.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tree_scales(p: *const u8) -> __m512 {
-    // SAFETY: forwarded to the caller.
-    let h = |i: usize| unsafe { u64::from(p.add(i * Q8_0_BYTES).cast::<u16>().read_unaligned()) };
+unsafe fn tree_scales(p: *const u8, n: usize) -> __m512 {
+    let h = |i: usize| {
+        if i >= n {
+            return 0;
+        }
+        // SAFETY: forwarded to the caller (i < n).
+        unsafe { u64::from(p.add(i * Q8_0_BYTES).cast::<u16>().read_unaligned()) }
+    };
     let even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48;
     let odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
     // Blocks 0, 2, 4, 6, 1, 3, 5, 7.
@@ -119,43 +125,58 @@ pub(crate) unsafe fn q8_0_tile<const R: usize, const C: usize>(
     let zero = _mm512_setzero_si512();
     let flip = _mm512_set1_epi8(-128);
     let mut b = 0;
-    while b + SB <= nb {
+    // Groups of eight blocks, then one of four if that many are left (the
+    // four-block tail of Gemma 3's 20-block rows; its other pairs are
+    // zeros, as are its scales past the fourth block).
+    while b + 4 <= nb {
+        let g = if b + SB <= nb { SB } else { 4 };
         let mut y = [[zero; 4]; C];
         let mut init = [[zero; 4]; C];
         let mut dy = [_mm512_setzero_ps(); C];
         for c in 0..C {
-            // SAFETY: blocks b..b + 8 < nb exist in every column.
+            // SAFETY: blocks b..b + g <= nb exist in every column.
             let p = unsafe { ys[c].add(b * Q8_0_BYTES) };
             // SAFETY: as above.
-            dy[c] = unsafe { tree_scales(p) };
-            for i in 0..4 {
+            dy[c] = unsafe { tree_scales(p, g) };
+            for i in 0..g / 2 {
                 y[c][i] = pair(p, i);
                 // -128 * (the sum of each lane's four y), once per column.
                 init[c][i] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, y[c][i]));
             }
         }
         for x in xs {
-            prefetch(x.wrapping_add(b * Q8_0_BYTES), SB * Q8_0_BYTES + 63);
+            prefetch(x.wrapping_add(b * Q8_0_BYTES), g * Q8_0_BYTES + 63);
         }
         for r in 0..R {
-            // SAFETY: blocks b..b + 8 < nb exist in every row.
+            // SAFETY: blocks b..b + g <= nb exist in every row.
             let p = unsafe { xs[r].add(b * Q8_0_BYTES) };
             // SAFETY: as above.
-            let dx = unsafe { tree_scales(p) };
+            let dx = unsafe { tree_scales(p, g) };
             // x + 128 as unsigned bytes: sum (x + 128) y - 128 sum y.
-            let xu: [__m512i; 4] = std::array::from_fn(|i| _mm512_xor_si512(pair(p, i), flip));
+            let xu: [__m512i; 4] = std::array::from_fn(|i| {
+                if 2 * i < g {
+                    _mm512_xor_si512(pair(p, i), flip)
+                } else {
+                    zero
+                }
+            });
             for c in 0..C {
-                let v = std::array::from_fn(|i| _mm512_dpbusd_epi32(init[c][i], xu[i], y[c][i]));
+                let v = std::array::from_fn(|i| {
+                    if 2 * i < g {
+                        _mm512_dpbusd_epi32(init[c][i], xu[i], y[c][i])
+                    } else {
+                        zero
+                    }
+                });
                 let s = _mm512_cvtepi32_ps(block_sums(v));
                 acc[c][r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dx, dy[c]), acc[c][r]);
             }
         }
-        b += SB;
+        b += g;
     }
     let mut out = sums(&acc);
-    // The last blocks (fewer than eight; a large share of short rows, such
-    // as Gemma 3's 20-block rows of its output matrix) by the AVX2 tile,
-    // which takes them as one partial group.
+    // The last blocks (fewer than four) by the AVX2 tile, which takes them
+    // as one partial group.
     let n = nb - b;
     if n > 0 {
         // SAFETY: blocks b..nb of every row and column (the caller's
