@@ -27,7 +27,8 @@ use super::dot_iq4::IQ4_XS_BYTES;
 use super::dot_quant::Q8K_BYTES;
 use super::gemv_avx2_q8::prefetch;
 use super::gemv_avx512::imp::sums;
-use super::gemv_avx512_q8::quad;
+use super::gemv_avx512_q5::iq4_codes;
+use super::gemv_avx512_q8::{per_quarter, quad};
 
 /// Byte offsets in a weight super-block: `scales_h` (u16), `scales_l`
 /// (4 bytes), the 128 index bytes.
@@ -55,35 +56,10 @@ pub(crate) unsafe fn iq4_xs_tile<const R: usize, const C: usize>(
     let bias = _mm512_set1_epi32(32);
     // 0x80 as an unsigned byte: the codes' offset 128.
     let offset = _mm512_set1_epi8(-128);
-    let mut codes = [0u8; 16];
-    for (c, &v) in codes.iter_mut().zip(&tessera::quant::KVALUES_IQ4NL) {
-        *c = (v as u8) ^ 0x80;
-    }
-    // SAFETY: 16 readable bytes.
-    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(codes.as_ptr().cast()) });
+    let table = iq4_codes();
     // The shifts that bring sub-block `4 h + j`'s scale bits down, per lane
     // of quarter `j` of half `h`: 4 bits each in `scales_l`, 2 in `scales_h`.
-    let quarters = |h: i32, bits: i32| {
-        let q = |j: i32| (4 * h + j) * bits;
-        _mm512_setr_epi32(
-            q(0),
-            q(0),
-            q(0),
-            q(0),
-            q(1),
-            q(1),
-            q(1),
-            q(1),
-            q(2),
-            q(2),
-            q(2),
-            q(2),
-            q(3),
-            q(3),
-            q(3),
-            q(3),
-        )
-    };
+    let quarters = |h: i32, bits: i32| per_quarter([0, 1, 2, 3].map(|j| (4 * h + j) * bits));
     let shift_l = [quarters(0, 4), quarters(1, 4)];
     let shift_h = [quarters(0, 2), quarters(1, 2)];
     let zero = _mm512_setzero_si512();

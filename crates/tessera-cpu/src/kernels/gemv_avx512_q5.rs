@@ -55,6 +55,19 @@ pub(crate) const fn block_bytes(k: usize) -> (usize, usize) {
 /// Blocks per scale gather.
 const SB: usize = 8;
 
+/// IQ4_NL's table values plus 128 as unsigned bytes, in every 128-bit
+/// quarter (for `vpshufb` of the 4-bit indices).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn iq4_codes() -> __m512i {
+    let mut codes = [0u8; 16];
+    for (c, &v) in codes.iter_mut().zip(&tessera::quant::KVALUES_IQ4NL) {
+        *c = (v as u8) ^ 0x80;
+    }
+    // SAFETY: 16 readable bytes.
+    _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(codes.as_ptr().cast()) })
+}
+
 /// Weight rows of kind `K` x activation columns: `out[c][r] = dot(xs[r],
 /// ys[c])` over `nb` blocks.
 ///
@@ -72,12 +85,7 @@ pub(crate) unsafe fn q5_tile<const K: usize, const R: usize, const C: usize>(
     let bit4 = _mm512_set1_epi8(0x10);
     // The codes' offset, removed with the activations' sums.
     let offset = _mm512_set1_epi8(if K == IQ4_NL { -128 } else { 16 });
-    let mut codes = [0u8; 16];
-    for (c, &v) in codes.iter_mut().zip(&tessera::quant::KVALUES_IQ4NL) {
-        *c = (v as u8) ^ 0x80;
-    }
-    // SAFETY: 16 readable bytes.
-    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(codes.as_ptr().cast()) });
+    let table = iq4_codes();
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     let mut accm = [[_mm256_setzero_ps(); R]; C];

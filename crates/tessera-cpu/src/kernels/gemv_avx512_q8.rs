@@ -238,25 +238,17 @@ pub(crate) unsafe fn quad(p: *const u8, bytes: usize, off: usize) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn quarter_index(i: usize) -> __m512i {
-    let q = |j: usize| (i + j) as i32;
-    _mm512_setr_epi32(
-        q(0),
-        q(0),
-        q(0),
-        q(0),
-        q(1),
-        q(1),
-        q(1),
-        q(1),
-        q(2),
-        q(2),
-        q(2),
-        q(2),
-        q(3),
-        q(3),
-        q(3),
-        q(3),
-    )
+    let i = i as i32;
+    per_quarter([i, i + 1, i + 2, i + 3])
+}
+
+/// `v[q]` in every 32-bit lane of quarter `q`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn per_quarter(v: [i32; 4]) -> __m512i {
+    let lanes: [i32; 16] = std::array::from_fn(|k| v[k / 4]);
+    // SAFETY: 64 readable bytes.
+    unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
 }
 
 /// Q4_0 rows x Q8_0 columns, four blocks per register.
