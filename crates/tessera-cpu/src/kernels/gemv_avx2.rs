@@ -213,14 +213,19 @@ pub(crate) mod imp {
             }
         };
     }
-    // One row per call for the quantized types: one sequential stream per
-    // thread prefetches better than four interleaved ones (measured with
-    // `tessera bench model`, 1B-shaped files, 2 threads: Q8_0 9.4 -> 14.9
-    // tokens/s, Q4_0 14.1 -> 15.2; the kernels' multi-row forms stay for
-    // many columns).
-    safe_gemv!(q8_0_gemv, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 1);
-    safe_gemv!(q4k_gemv, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1);
-    safe_gemv!(q6k_gemv, q6k_tile, Q6K_BYTES, Q8K_BYTES, 1);
+    // Four rows per call, one from each quarter of the call's rows (see
+    // `dot::gemv_rows`): four sequential streams read at once. (Four
+    // adjacent rows per call had lost to one row per call — 1B-shaped Q8_0
+    // file, 9.4 vs 14.9 tokens/s; one row per call in quarter order does
+    // not help long rows, each row is read whole before the next.) Measured
+    // with `TESSERA_CPU_ISA=avx2`, `benches/gemv_short.rs`, alternated in
+    // one process, GB/s of weights, one row -> four rows per call: Q8_0
+    // 15.9 -> 23.0 (640 values a row), 17.6 -> 28.0 (2,048), 16.7 -> 29.3
+    // (8,192); Q4_K 19.9 -> 19.7 (2,048), 22.2 -> 24.0 (8,192); Q6_K 19.1
+    // -> 19.5, 21.4 -> 24.7.
+    safe_gemv!(q8_0_gemv, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4);
+    safe_gemv!(q4k_gemv, q4k_tile, Q4K_BYTES, Q8K_BYTES, 4);
+    safe_gemv!(q6k_gemv, q6k_tile, Q6K_BYTES, Q8K_BYTES, 4);
     safe_gemv!(f32_gemv, f32_tile, 4, 4, 4);
     safe_gemv!(f16_gemv, f16_tile, 2, 2, 4);
     safe_gemv!(bf16_gemv, bf16_tile, 2, 2, 4);
