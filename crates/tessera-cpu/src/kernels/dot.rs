@@ -83,18 +83,6 @@ pub(crate) fn for_each_subtile(
 /// dispatching on their count) is paid once per chunk, not per four rows.
 pub type GemvFn = fn(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]);
 
-/// Whether weight rows of `bytes` bytes are short enough that a
-/// [`GemvFn`] should take several per kernel call (the per-call and
-/// per-row work then weighs on a row's few blocks; Gemma 3's rows of 640
-/// values) rather than one (one sequential stream per thread, which
-/// prefetches best for long rows).
-pub(crate) fn short_rows(bytes: usize) -> bool {
-    bytes < SHORT_ROW_BYTES
-}
-
-/// See [`short_rows`].
-const SHORT_ROW_BYTES: usize = 1024;
-
 /// The shared body of the SIMD [`GemvFn`]s: rows of `a` (`stride` bytes
 /// apart) go `R` at a time to `group`, the rest one at a time to `one`, each
 /// with pointers to rows holding `n` whole units (`xu` bytes each; `n` is
