@@ -6,7 +6,8 @@
 //! bytes/s of weights are printed.
 //!
 //! Run: `cargo bench -p tessera-cpu --bench gemv_short` (the instruction set
-//! is `TESSERA_CPU_ISA`'s).
+//! is `TESSERA_CPU_ISA`'s; `TESSERA_BENCH_K` and `TESSERA_BENCH_ROWS` change
+//! the shape, e.g. 2048 and 81920 for the K-quants).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -35,8 +36,16 @@ fn main() {
     divan::main();
 }
 
-#[divan::bench(args = [DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::F16, DType::Q4K, DType::Q6K], sample_count = 10, sample_size = 1)]
+#[divan::bench(args = [DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::F16, DType::Q4K, DType::Q6K, DType::Q2K, DType::Q3K, DType::Q5K], sample_count = 10, sample_size = 1)]
 fn gemma_output(bencher: divan::Bencher, t: DType) {
+    // The K-quants need rows of whole 256-value blocks (TESSERA_BENCH_K=2048).
+    if !k_len().is_multiple_of(t.block_size()) {
+        eprintln!(
+            "{t}: {} values a row are not whole blocks; skipped",
+            k_len()
+        );
+        return;
+    }
     let row = t.row_size(k_len()).unwrap();
     let mut seed = 0x9e37_79b9_u64;
     let mut next = || {
