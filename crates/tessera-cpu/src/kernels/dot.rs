@@ -88,9 +88,9 @@ pub type GemvFn = fn(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]);
 /// with pointers to rows holding `n` whole units (`xu` bytes each; `n` is
 /// the number of whole `yu`-byte units of `y`), and their results are stored
 /// in `out`. A group takes one row from each of `R` equal runs of the rows
-/// (rows `i`, `q + i`, ...): short rows side by side are one sequential
-/// stream, which the hardware prefetchers keep too few reads in flight for;
-/// `R` streams are fetched at once.
+/// (rows `i`, `q + i`, ...): rows side by side are one sequential stream,
+/// which the hardware prefetchers keep too few reads in flight for; `R`
+/// streams are fetched at once.
 #[inline(always)]
 pub(crate) fn gemv_rows<const R: usize>(
     a: &[u8],

@@ -13,8 +13,9 @@
 //!    units (AVX2 conversion, bit-identical to the portable one). F32
 //!    activations with contiguous rows are read in place.
 //! 2. **Multiply**: the output is cut into chunks over `m` (rows of `a`) and
-//!    `n * ne12 * ne13` (columns of `b`), as ggml does (16x16 chunks, or 64
-//!    rows when there is one column); threads take chunks from a shared
+//!    `n * ne12 * ne13` (columns of `b`), as ggml does (16x16 chunks; with
+//!    one column, about 192 KiB of weight rows, read as four row streams,
+//!    see `Plan::column`); threads take chunks from a shared
 //!    counter in `scratch` (its own cache line), so a thread slowed by the OS
 //!    does not hold the others back. Inside a chunk, a [`BLOCK_M`] x
 //!    [`BLOCK_N`] tile is computed by the multi-row kernels of the ISA
@@ -54,9 +55,9 @@ const BLOCK_N: usize = 16;
 const GEMV_ROWS: usize = 64;
 /// Most output rows per [`GemvFn`] call.
 const GEMV_CALL_ROWS: usize = 512;
-/// Weight bytes per chunk of a one-column product with short rows: each of
-/// the four row streams a chunk is read as (see [`Plan::column`]) then runs
-/// about 48 KiB. Measured on Gemma 3's output matrix shape (262,144 rows of
+/// Weight bytes per chunk of a one-column product (at least [`GEMV_ROWS`]
+/// rows): each of the four row streams a chunk is read as (see
+/// [`Plan::column`]) then runs about 48 KiB. Measured on Gemma 3's output matrix shape (262,144 rows of
 /// 640 values) on a Xeon with AVX-512, 2 threads: Q8_0 22 -> 35 GB/s with
 /// 64 -> 256-row chunks in four streams, little more from larger chunks.
 const COLUMN_CHUNK_BYTES: usize = 192 << 10;
@@ -462,9 +463,8 @@ impl<'s> Plan<'s> {
         // SAFETY: a0 is a matrix of `a`; the rows asked for are below ne01.
         let row_at = |row: usize| unsafe { self.weight_rows(a0, row..row + 1) };
         if let Some(gemv) = self.gemv {
-            // Whole chunks per call where they fit (the kernels read short
-            // rows in four streams over the rows of a call, see
-            // `dot::gemv_rows`).
+            // Whole chunks per call where they fit (the kernels read the rows
+            // of a call as four streams, see `dot::gemv_rows`).
             let mut out = [0f32; GEMV_CALL_ROWS];
             let mut r0 = rows.start;
             while r0 < rows.end {
@@ -486,10 +486,10 @@ impl<'s> Plan<'s> {
         };
         let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
         // Four row streams: tile `i` takes rows `i`, `q + i`, `2q + i` and
-        // `3q + i` of the chunk. Short rows side by side are one sequential
-        // stream, for which the hardware prefetchers keep too few reads in
-        // flight; four are fetched at once (long rows are four streams
-        // either way).
+        // `3q + i` of the chunk. Rows side by side are one sequential stream
+        // (or, four at a time, four streams that end after one row), for
+        // which the hardware prefetchers keep too few reads in flight; four
+        // long streams are fetched at once.
         let q = rows.len().div_ceil(TILE_ROWS);
         for i in 0..q {
             let mut xs: [&[u8]; TILE_ROWS] = [&[]; TILE_ROWS];
