@@ -72,7 +72,8 @@ impl BufferType for WgpuBufferType {
         let raw = if size == 0 {
             None
         } else {
-            let alloc = size.next_multiple_of(4);
+            // A multiple of 16: kernels may bind it as 16-byte vectors.
+            let alloc = size.next_multiple_of(16);
             let what = format!("allocating a buffer of {size} bytes");
             Some(self.core.scoped(&what, size, || {
                 self.core.device.create_buffer(&wgpu::BufferDescriptor {

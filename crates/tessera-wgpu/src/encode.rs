@@ -20,6 +20,7 @@ use tessera::{
 use crate::batch::{Batch, WG};
 use crate::buffer::WgpuBuffer;
 use crate::device::Core;
+use crate::matvec_rows;
 use crate::params::Params;
 use crate::pipelines::KernelKey;
 use crate::support::{self, elem_align};
@@ -95,7 +96,8 @@ macro_rules! matvec {
         )
     };
 }
-/// The matrix-vector kernel by [one column / up to 8][1 / 8 elements a step].
+/// The matrix-vector kernel by [one column / up to 8][1 / 8 elements a step],
+/// for what [`matvec_rows`] does not take.
 const MATVEC: [[&str; 2]; 2] = [
     [matvec!(1, 1), matvec!(1, 8)],
     [matvec!(8, 1), matvec!(8, 8)],
@@ -116,6 +118,14 @@ fn matvec_octets() -> bool {
     static OCTETS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OCTETS
         .get_or_init(|| std::env::var("TESSERA_WGPU_MATVEC_VEC").map_or(true, |v| v.trim() != "1"))
+}
+
+/// Whether sources in a buffer the dispatch does not write are bound
+/// read-only (the default) or read-write like the destination
+/// (`TESSERA_WGPU_READ_ONLY=0`, for measuring one against the other).
+fn read_only_sources() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TESSERA_WGPU_READ_ONLY").map_or(true, |v| v.trim() != "0"))
 }
 
 /// A tiled MUL_MAT workgroup's output tile (rows x columns).
@@ -146,6 +156,7 @@ pub(crate) fn compute(
     abort: Option<&AbortCallback>,
     profile: Option<&mut OpTotals>,
 ) -> Result<Option<wgpu::SubmissionIndex>> {
+    let began = std::time::Instant::now();
     let end = range.end.min(graph.len());
     let start = range.start.min(end);
     let ids = || (start..end).map(|i| TensorId::from_index(i as u32));
@@ -187,10 +198,17 @@ pub(crate) fn compute(
     }
     let (index, timing) = batch.submit_timed("computing a graph")?;
     if let (Some(totals), Some(timing)) = (profile, timing) {
+        // The host's side too: checking, encoding and submitting the range.
+        totals.add(HOST_LABEL, began.elapsed().as_nanos() as u64, 0);
         timing.fold(core, totals)?;
     }
     Ok(index)
 }
+
+/// The profile's entry for the host's time in [`compute`] (not GPU time;
+/// timed computes give each dispatch a pass of its own, so it is somewhat
+/// more than an untimed compute's).
+pub(crate) const HOST_LABEL: &str = "(host) encoding and submission";
 
 fn annotate(e: Error, graph: &Graph, id: TensorId) -> Error {
     match e {
@@ -266,7 +284,12 @@ impl Call {
                 Some(o) => (o.layout.dtype, o.buffer.clone(), o.layout, o.offset),
                 None => (DType::F32, dst.buffer.clone(), dst.layout, 0),
             };
-            bindings.push(Binding::plain(SRC_NAMES[i], dtype));
+            // Read-only where the dispatch writes nothing of its buffer.
+            bindings.push(if buffer != dst.buffer && read_only_sources() {
+                Binding::source(SRC_NAMES[i], dtype)
+            } else {
+                Binding::plain(SRC_NAMES[i], dtype)
+            });
             buffers.push(buffer);
             layouts.push((layout, offset));
         }
@@ -591,6 +614,23 @@ fn encode_node(
             let overflow = || Error::Overflow("MUL_MAT workgroups".into());
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;
             let (name, body, groups) = if cols <= MATVEC_MAX_COLS {
+                if let Some(v) =
+                    matvec_rows::variant(&a.layout, a.offset, &b.layout, b.offset, cols)
+                {
+                    let groups = m
+                        .div_ceil(v.rows_per_workgroup())
+                        .checked_mul(batches)
+                        .ok_or_else(overflow)?;
+                    if v.a4 {
+                        call.bindings[1] = call.bindings[1].as_vec4();
+                    }
+                    if v.y4 {
+                        call.bindings[2] = call.bindings[2].as_vec4();
+                    }
+                    let mut params = call.params.items(groups)?;
+                    params.off2[2] = 0;
+                    return call.record(batch, core, "mul_mat_vec_rows", v.body(), params, groups);
+                }
                 let octets = a.layout.ne[0] % 8 == 0 && matvec_octets();
                 let body = MATVEC[usize::from(cols > 1)][usize::from(octets)];
                 (

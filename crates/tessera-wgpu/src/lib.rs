@@ -25,6 +25,7 @@ mod encode;
 mod errors;
 pub mod event;
 pub mod family;
+mod matvec_rows;
 mod params;
 mod pipelines;
 #[cfg(test)]
@@ -41,7 +42,7 @@ pub use buffer::{WgpuBuffer, WgpuBufferType};
 pub use device::{DeviceOptions, WgpuDevice};
 pub use event::WgpuEvent;
 pub use family::WgpuFamily;
-pub use stream::WgpuStream;
+pub use stream::{HOST_PROFILE_LABEL, WgpuStream};
 
 /// The process-wide family (adapters enumerated on first call).
 pub fn family() -> Arc<WgpuFamily> {

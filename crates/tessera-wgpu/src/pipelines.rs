@@ -2,11 +2,13 @@
 //!
 //! Every kernel has the same binding scheme: binding 0 is its 256-byte
 //! parameter block (a uniform), bindings 1..=n are whole storage buffers,
-//! read-write (wgpu forbids mixing read-only and read-write uses of one
-//! buffer in a dispatch, and a graph's tensors often share a buffer). So
-//! there is one bind-group layout (and pipeline layout) per storage count,
-//! made on first use, and one pipeline per kernel variant, keyed by its name
-//! and the element types of its bindings. Shader compilation runs inside an
+//! read-write, except sources in a buffer the dispatch does not write,
+//! which are read-only (wgpu forbids mixing read-only and read-write uses
+//! of one buffer in a dispatch, and a graph's tensors often share a
+//! buffer). So there is one bind-group layout (and pipeline layout) per
+//! storage count and read-only set, made on first use, and one pipeline per
+//! kernel variant, keyed by its name and its bindings' element types and
+//! access. Shader compilation runs inside an
 //! error scope: a WGSL error is a [`tessera::Error`] naming the kernel.
 
 use std::collections::HashMap;
@@ -22,7 +24,13 @@ use crate::wgsl::{self, Binding};
 pub(crate) const MAX_STORAGE: usize = 6;
 
 /// A kernel variant: its body and bindings.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Keys are compared and hashed by the body's address and length, not its
+/// text (bodies are `'static` constants of tens of kilobytes, and a key is
+/// looked up for every dispatch): the same address and length is the same
+/// text; a constant that the compiler happens to place twice only costs a
+/// second compilation.
+#[derive(Clone, Debug)]
 pub(crate) struct KernelKey {
     /// Kernel name (also the cache key's prefix).
     pub name: &'static str,
@@ -30,6 +38,31 @@ pub(crate) struct KernelKey {
     pub body: &'static str,
     /// Storage bindings, in binding order (binding 1 first).
     pub bindings: Vec<Binding>,
+}
+
+impl KernelKey {
+    fn identity(&self) -> (&'static str, usize, usize, &[Binding]) {
+        (
+            self.name,
+            self.body.as_ptr() as usize,
+            self.body.len(),
+            &self.bindings,
+        )
+    }
+}
+
+impl PartialEq for KernelKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for KernelKey {}
+
+impl std::hash::Hash for KernelKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
 }
 
 /// A compiled kernel.
@@ -45,7 +78,8 @@ type Layouts = (Arc<wgpu::BindGroupLayout>, Arc<wgpu::PipelineLayout>);
 /// The per-device caches.
 #[derive(Debug, Default)]
 pub(crate) struct Pipelines {
-    layouts: Mutex<HashMap<usize, Layouts>>,
+    /// By storage count and read-only bindings (bit i: binding i + 1).
+    layouts: Mutex<HashMap<(usize, u32), Layouts>>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
 }
 
@@ -55,9 +89,19 @@ impl Pipelines {
         self.kernels.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    fn layout(&self, device: &wgpu::Device, errors: &ErrorSink, n: usize) -> Result<Layouts> {
+    fn layout(
+        &self,
+        device: &wgpu::Device,
+        errors: &ErrorSink,
+        bindings: &[Binding],
+    ) -> Result<Layouts> {
+        let n = bindings.len();
+        let read_only = bindings
+            .iter()
+            .enumerate()
+            .fold(0u32, |m, (i, b)| m | (u32::from(b.read_only) << i));
         let mut layouts = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = layouts.get(&n) {
+        if let Some(l) = layouts.get(&(n, read_only)) {
             return Ok(l.clone());
         }
         let mut entries = vec![wgpu::BindGroupLayoutEntry {
@@ -70,12 +114,14 @@ impl Pipelines {
             },
             count: None,
         }];
-        for i in 0..n {
+        for (i, b) in bindings.iter().enumerate() {
             entries.push(wgpu::BindGroupLayoutEntry {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage { read_only: false },
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: b.read_only,
+                    },
                     has_dynamic_offset: false,
                     min_binding_size: None,
                 },
@@ -94,7 +140,7 @@ impl Pipelines {
             });
             (Arc::new(bgl), Arc::new(pl))
         })?;
-        layouts.insert(n, made.clone());
+        layouts.insert((n, read_only), made.clone());
         Ok(made)
     }
 
@@ -123,7 +169,7 @@ impl Pipelines {
                 ),
             ));
         }
-        let (bgl, pl) = self.layout(device, errors, n)?;
+        let (bgl, pl) = self.layout(device, errors, &key.bindings)?;
         let source = wgsl::assemble(&key.bindings, key.body);
         let what = format!("compiling kernel {}", describe_key(key));
         let pipeline = errors.scoped(device, &what, 0, || {
@@ -157,7 +203,14 @@ pub(crate) fn describe_key(key: &KernelKey) -> String {
     let b: Vec<String> = key
         .bindings
         .iter()
-        .map(|b| format!("{}: {}", b.name, b.dtype))
+        .map(|b| {
+            format!(
+                "{}: {}{}",
+                b.name,
+                b.dtype,
+                if b.read_only { " (read)" } else { "" }
+            )
+        })
         .collect();
     format!("{}({})", key.name, b.join(", "))
 }

@@ -57,6 +57,10 @@ impl std::fmt::Debug for WgpuStream {
     }
 }
 
+/// The entry of [`WgpuStream::take_profile`] that holds the host's time
+/// (checking, encoding and submitting each compute), not GPU time.
+pub const HOST_PROFILE_LABEL: &str = crate::encode::HOST_LABEL;
+
 impl WgpuStream {
     pub(crate) fn new(device: Arc<WgpuDevice>) -> Self {
         let core = device.core().clone();

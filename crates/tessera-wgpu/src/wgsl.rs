@@ -9,6 +9,7 @@
 //! | function | what it does |
 //! |---|---|
 //! | `X_w(word)`, `X_b(byte)`, `X_h(byte)` | raw 32-, 8- and 16-bit loads |
+//! | `X_v4(byte)` | 16 bytes at a multiple of 16 (one load where the binding is `vec4`) |
 //! | `X_ld(byte) -> f32`, `X_ldi(byte) -> i32` | an element as f32 / i32 |
 //! | `X_raw(byte) -> u32` | an element's bits (4- and 2-byte types) |
 //! | `X_dq(block, j) -> f32` | element `j` of the quantized block at `block` |
@@ -37,6 +38,18 @@ pub(crate) struct Binding {
     pub dtype: DType,
     /// Declared `array<atomic<u32>>` so sub-word stores can merge safely.
     pub atomic: bool,
+    /// Declared `var<storage, read>` (no store functions): a source in a
+    /// buffer the dispatch does not write, which lets the GPU's compiler
+    /// use its read-only load path and wgpu skip barriers between
+    /// dispatches that only read it.
+    pub read_only: bool,
+    /// Declared `array<vec4<u32>>`, with `X_v4(byte)` loading 16 bytes at a
+    /// multiple of 16 (the buffer's size is a multiple of 16: see
+    /// `WgpuBufferType`). Sources only: no store functions, and `X_w`
+    /// loads the whole vector and selects its word (on an NVIDIA H100, a
+    /// kernel whose loads indexed the components of such a binding of the
+    /// destination's buffer wrote past its output; lavapipe did not).
+    pub vec4: bool,
 }
 
 impl Binding {
@@ -46,7 +59,27 @@ impl Binding {
             name,
             dtype,
             atomic: false,
+            read_only: false,
+            vec4: false,
         }
+    }
+
+    /// A source bound read-only: its buffer is not written by the dispatch
+    /// (wgpu forbids read-only and read-write uses of one buffer together).
+    pub(crate) const fn source(name: &'static str, dtype: DType) -> Self {
+        Binding {
+            name,
+            dtype,
+            atomic: false,
+            read_only: true,
+            vec4: false,
+        }
+    }
+
+    /// This binding, declared as an array of 16-byte vectors (not for
+    /// atomic outputs).
+    pub(crate) const fn as_vec4(self) -> Self {
+        Binding { vec4: true, ..self }
     }
 
     /// An output binding: atomic when its elements are narrower than a word
@@ -56,6 +89,8 @@ impl Binding {
             name,
             dtype,
             atomic: dtype.type_size() < 4 || dtype.is_quantized(),
+            read_only: false,
+            vec4: false,
         }
     }
 }
@@ -76,17 +111,39 @@ fn accessors(s: &mut String, slot: usize, b: &Binding) {
     let x = b.name;
     let ty = if b.atomic {
         "array<atomic<u32>>"
+    } else if b.vec4 {
+        "array<vec4<u32>>"
     } else {
         "array<u32>"
     };
+    let access = if b.read_only { "read" } else { "read_write" };
     let _ = writeln!(
         s,
-        "\n@group(0) @binding({slot}) var<storage, read_write> {x}: {ty};"
+        "\n@group(0) @binding({slot}) var<storage, {access}> {x}: {ty};"
     );
     let _ = writeln!(s, "const {x}_T: u32 = {}u;", b.dtype.ggml_id());
     let _ = writeln!(s, "const {x}_TS: u32 = {}u;", b.dtype.type_size());
     let _ = writeln!(s, "const {x}_BS: u32 = {}u;", b.dtype.block_size().max(1));
-    if b.atomic {
+    if b.vec4 {
+        // Loads only: whole vectors, a word picked from one by selects.
+        let _ = writeln!(
+            s,
+            "fn {x}_v4(b: u32) -> vec4<u32> {{ return {x}[b >> 4u]; }}\n\
+             fn {x}_w(w: u32) -> u32 {{ let v = {x}[w >> 2u]; let i = w & 3u; \
+             return select(select(v.x, v.y, i == 1u), select(v.z, v.w, i == 3u), i >= 2u); }}"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "fn {x}_v4(b: u32) -> vec4<u32> {{ let w = b >> 2u; \
+             return vec4<u32>({x}_w(w), {x}_w(w + 1u), {x}_w(w + 2u), {x}_w(w + 3u)); }}"
+        );
+    }
+    if b.vec4 {
+        // (above)
+    } else if b.read_only {
+        let _ = writeln!(s, "fn {x}_w(w: u32) -> u32 {{ return {x}[w]; }}");
+    } else if b.atomic {
         let _ = writeln!(
             s,
             "fn {x}_w(w: u32) -> u32 {{ return atomicLoad(&{x}[w]); }}\n\
@@ -170,11 +227,16 @@ fn accessors(s: &mut String, slot: usize, b: &Binding) {
         s,
         "fn {x}_ld(b: u32) -> f32 {{ {ld} }}\n\
          fn {x}_ldi(b: u32) -> i32 {{ {ldi} }}\n\
-         fn {x}_raw(b: u32) -> u32 {{ {raw} }}\n\
-         fn {x}_st(b: u32, v: f32) {{ {st} }}\n\
-         fn {x}_sti(b: u32, v: i32) {{ {sti} }}\n\
-         fn {x}_straw(b: u32, v: u32) {{ {straw} }}"
+         fn {x}_raw(b: u32) -> u32 {{ {raw} }}"
     );
+    if !b.read_only && !b.vec4 {
+        let _ = writeln!(
+            s,
+            "fn {x}_st(b: u32, v: f32) {{ {st} }}\n\
+             fn {x}_sti(b: u32, v: i32) {{ {sti} }}\n\
+             fn {x}_straw(b: u32, v: u32) {{ {straw} }}"
+        );
+    }
     let dq = dequant_body(x, b.dtype);
     let _ = writeln!(s, "fn {x}_dq(blk: u32, j: u32) -> f32 {{\n{dq}\n}}");
 }
@@ -334,5 +396,32 @@ mod tests {
         assert!(src.contains("var<storage, read_write> d: array<atomic<u32>>;"));
         assert!(src.contains("fn s0_dq(blk: u32, j: u32) -> f32"));
         assert!(src.contains("const s0_T: u32 = 12u;"));
+    }
+
+    #[test]
+    fn sources_read_only_or_by_vectors_have_loads_only() {
+        let src = assemble(
+            &[
+                Binding::output("d", DType::F32),
+                Binding::source("s0", DType::Q4_0),
+                Binding::plain("s1", DType::F32).as_vec4(),
+            ],
+            "",
+        );
+        assert!(src.contains("var<storage, read> s0: array<u32>;"));
+        assert!(src.contains("var<storage, read_write> s1: array<vec4<u32>>;"));
+        for x in ["s0", "s1"] {
+            for f in ["_w(", "_v4(", "_ld(", "_dq("] {
+                assert!(src.contains(&format!("fn {x}{f}")), "{x}{f}");
+            }
+            for f in ["_sw(", "_sh(", "_sb(", "_st(", "_sti(", "_straw("] {
+                assert!(!src.contains(&format!("fn {x}{f}")), "{x}{f}");
+            }
+        }
+        // A word of a vector binding: the whole vector loaded, no indexing
+        // of its components.
+        assert!(!src.contains("s1[w >> 2u][w & 3u]"));
+        assert!(src.contains("fn s1_w(w: u32) -> u32 { let v = s1[w >> 2u];"));
+        assert!(src.contains("fn d_sw("));
     }
 }

@@ -57,7 +57,11 @@ fn timed_computes_count_every_node_by_kind() {
         assert_eq!(t.calls, 3, "{what}: {prof:?}");
         assert_eq!(t.wait_nanos, 0);
     }
-    assert_eq!(prof.len(), 3, "{prof:?}");
+    // And the host's side of each compute, under its own label.
+    let host = find(tessera_wgpu::HOST_PROFILE_LABEL).unwrap_or_else(|| panic!("{prof:?}"));
+    assert_eq!(host.calls, 3, "{prof:?}");
+    assert!(host.nanos > 0, "{prof:?}");
+    assert_eq!(prof.len(), 4, "{prof:?}");
     assert!(
         find("MUL_MAT f32 n=1").unwrap().nanos > 0,
         "a 64 x 512 product took no GPU time: {prof:?}"

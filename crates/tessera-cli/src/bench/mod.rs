@@ -310,6 +310,7 @@ fn run_case(
     let p = Prepared::new(device, case, n_runs)?;
     let (secs, iters) = time_graph(stream, &p.graph, &p.placement, seconds)?;
     let us = secs * 1e6 / (iters * n_runs) as f64;
+    let kernel = gpu_kernel_us(stream, &p, n_runs)?;
     drop(p);
     let (figure, unit, per_run) = match case.flops {
         Some(f) => (f / us / 1e3, "GFLOPS", format!("{:.2} GFLOP/run", f / 1e9)),
@@ -330,6 +331,9 @@ fn run_case(
                 100.0 * figure / l.fma_gflops
             );
         }
+    }
+    if let Some(k) = kernel {
+        share += &format!(" [GPU kernels {k:.2} us/run]");
     }
     let unit_ggml = if case.by_time { "us" } else { unit };
     Ok(format!(
@@ -359,6 +363,36 @@ fn time_graph(
         iters += 1;
     }
     Ok((start.elapsed().as_secs_f64(), iters))
+}
+
+/// On a GPU stream with timestamps: the GPU time of one run's dispatches
+/// alone (one more compute with every dispatch timed), which says how much
+/// of the measured time per run is the kernels and how much the gaps between
+/// them (barriers, the host's encoding). `None` elsewhere.
+fn gpu_kernel_us(stream: &dyn Stream, p: &Prepared, n_runs: usize) -> Result<Option<f64>> {
+    let Some(gpu) = stream
+        .as_any()
+        .downcast_ref::<tessera_wgpu::WgpuStream>()
+        .filter(|g| g.can_profile())
+    else {
+        return Ok(None);
+    };
+    gpu.set_profiling(true);
+    let done = stream.compute(&p.graph, &p.placement);
+    let totals = gpu.take_profile();
+    gpu.set_profiling(false);
+    done?;
+    let gpu_rows = || {
+        totals
+            .iter()
+            .filter(|t| t.what != tessera_wgpu::HOST_PROFILE_LABEL)
+    };
+    let nanos: u64 = gpu_rows().map(|t| t.nanos).sum();
+    let calls: u64 = gpu_rows().map(|t| t.calls).sum();
+    // A timed batch times its first 2048 dispatches only: per run, then, the
+    // mean of those times the dispatches a run has (one per op node here).
+    let timed_runs = (calls as usize).min(n_runs).max(1);
+    Ok((calls > 0).then(|| nanos as f64 / 1e3 / timed_runs as f64))
 }
 
 /// The footnote that explains the `*` figures.

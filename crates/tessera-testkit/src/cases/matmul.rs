@@ -58,6 +58,15 @@ pub(super) fn cases(v: &mut Vec<Case>) {
         let long = if t.block_size() == 256 { 2048 } else { 2560 };
         shapes.push(shape(5, 1, long, [1, 1], [1, 1]));
         shapes.push(shape(5, 2, long, [1, 1], [1, 1]));
+        // The GPU's row-group matrix-vector kernel: a row count no
+        // workgroup's rows divide, broadcast weights, one and several
+        // columns; and strided activations, which it leaves to another.
+        shapes.push(shape(37, 1, 512, [2, 1], [1, 2]));
+        shapes.push(shape(37, 5, 512, [2, 1], [1, 2]));
+        shapes.push(Shape {
+            b_transposed: true,
+            ..shape(37, 3, 512, [1, 1], [1, 1])
+        });
         // GPU tile edges: two 64 x 64 output tiles each way with broadcast
         // weights, and a strided activation matrix with more than 8 columns.
         shapes.push(shape(70, 72, k, [2, 1], [1, 2]));

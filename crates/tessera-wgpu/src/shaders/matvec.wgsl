@@ -72,7 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             let bk = b + (base + e) * P.nb_1.x;
             for (var c = 0u; c < MV_COLS; c = c + 1u) {
-                if (c < n) {
+                if (MV_COLS == 1u || c < n) {
                     acc[c] = acc[c] + w * s1_ld(bk + c * P.nb_1.y);
                 }
             }

@@ -43,7 +43,7 @@ fn mv_unit_q4(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_C
     let q = array<u32, 2>(mv_word(qs + 8u * h), mv_word(qs + 8u * h + 4u));
     let k0 = (u >> 1u) * 32u + 8u * h;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var sqy = 0.0;
             var sy = 0.0;
@@ -78,7 +78,7 @@ fn mv_unit_q8_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
     let q = array<u32, 4>(mv_word(p), mv_word(p + 4u), mv_word(p + 8u), mv_word(p + 12u));
     let k0 = (u >> 1u) * 32u + 16u * h;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var sqy = 0.0;
             for (var i = 0u; i < 16u; i = i + 1u) {
@@ -122,7 +122,7 @@ fn mv_unit_qk(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV_C
     let q = array<u32, 2>(mv_word(p), mv_word(p + 4u));
     let k0 = (u >> 4u) * 256u + 64u * g + 8u * e;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var qy_lo = 0.0;
             var qy_hi = 0.0;
@@ -164,7 +164,7 @@ fn mv_unit_iq4_xs(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, 
     let q = array<u32, 2>(mv_word(p), mv_word(p + 4u));
     let k0 = (u >> 4u) * 256u + 32u * ib + 8u * h;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var s = 0.0;
             for (var i = 0u; i < 8u; i = i + 1u) {
@@ -207,7 +207,7 @@ fn mv_unit_q23k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
     let q = array<u32, 4>(mv_word(qs), mv_word(qs + 4u), mv_word(qs + 8u), mv_word(qs + 12u));
     let k0 = (u >> 4u) * 256u + 16u * is;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var qy = 0.0;
             var sy = 0.0;
@@ -242,7 +242,7 @@ fn mv_unit_half(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
         }
     }
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + 16u * u * P.nb_1.x;
             var s = 0.0;
             for (var i = 0u; i < 16u; i = i + 1u) {
@@ -270,7 +270,7 @@ fn mv_unit_q6_k(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
     }
     let k0 = (u >> 4u) * 256u + 128u * h + l0;
     for (var c = 0u; c < MV_COLS; c = c + 1u) {
-        if (c < n) {
+        if (MV_COLS == 1u || c < n) {
             let bc = b + c * P.nb_1.y + k0 * P.nb_1.x;
             var sum = 0.0;
             for (var r = 0u; r < 4u; r = r + 1u) {

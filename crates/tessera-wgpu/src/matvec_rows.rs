@@ -1,0 +1,147 @@
+//! The row-group matrix-vector kernel (`shaders/matvec_rows.wgsl`): which
+//! MUL_MAT nodes it takes and its compile-time shape.
+//!
+//! One-column products (decoding) are bound by how often the activations
+//! are read, not by the weights: this kernel reads them as 16-byte vectors
+//! once per unit and uses them for several rows. It needs src1's columns
+//! contiguous F32 at 16-byte offsets (16-byte loads) and rows of whole
+//! 16-value units of a type it decodes; anything else goes to the general
+//! matrix-vector kernel.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use tessera::{DType, Layout};
+
+/// Invocations per group of rows and rows per group, for one or more
+/// columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Variant {
+    /// Up to 8 columns (else exactly one).
+    many: bool,
+    lanes: u32,
+    rows: u32,
+    /// 16-byte loads of the weights (F32) and of the activations.
+    pub(crate) a4: bool,
+    pub(crate) y4: bool,
+}
+
+/// Invocations per workgroup (`@workgroup_size(128)`).
+const WORKGROUP: u32 = 128;
+
+impl Variant {
+    /// Output rows one workgroup computes.
+    pub(crate) fn rows_per_workgroup(&self) -> usize {
+        (WORKGROUP / self.lanes * self.rows) as usize
+    }
+
+    /// The kernel's source (made once per variant).
+    pub(crate) fn body(&self) -> &'static str {
+        static BODIES: OnceLock<Mutex<HashMap<Variant, &'static str>>> = OnceLock::new();
+        let mut bodies = BODIES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        bodies.entry(*self).or_insert_with(|| {
+            let src = format!(
+                "const MV_COLS: u32 = {}u;\nconst MV_LANES: u32 = {}u;\nconst MV_R: u32 = {}u;\n{}{}",
+                if self.many { 8 } else { 1 },
+                self.lanes,
+                self.rows,
+                include_str!("shaders/matmul_common.wgsl"),
+                include_str!("shaders/matvec_rows.wgsl"),
+            );
+            // At most 18 variants (lanes x rows x columns) per process.
+            Box::leak(src.into_boxed_str())
+        })
+    }
+}
+
+/// The variant for a product of `a` (weights at byte `a_off`) and `cols`
+/// columns of `b` (at byte `b_off`), if this kernel takes it.
+pub(crate) fn variant(
+    a: &Layout,
+    a_off: usize,
+    b: &Layout,
+    b_off: usize,
+    cols: usize,
+) -> Option<Variant> {
+    let (lanes, rows) = shape(cols);
+    if lanes == 0 {
+        return None;
+    }
+    let k = a.ne[0];
+    let a16 = |x: usize| x.is_multiple_of(16);
+    let b_ok = b.dtype == DType::F32
+        && b.nb[0] == 4
+        && a16(b_off)
+        && (cols == 1 || a16(b.nb[1]))
+        && a16(b.nb[2])
+        && a16(b.nb[3]);
+    let a_ok = k.is_multiple_of(16)
+        && match a.dtype {
+            // 16-byte loads of the rows themselves.
+            DType::F32 => a.nb[0] == 4 && a16(a_off) && a.nb[1..].iter().all(|&s| a16(s)),
+            DType::F16 | DType::BF16 => a.nb[0] == 2 && a_off.is_multiple_of(2),
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::IQ4NL
+            | DType::Q2K
+            | DType::Q3K
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+            | DType::IQ4XS => a.nb[0] == a.dtype.type_size(),
+            _ => false,
+        };
+    let (a4, y4) = vector_loads();
+    (a_ok && b_ok).then_some(Variant {
+        many: cols > 1,
+        lanes,
+        rows,
+        a4: a4 && a.dtype == DType::F32,
+        y4,
+    })
+}
+
+/// Whether F32 weights and the activations are read as 16-byte vectors
+/// (the default), or only the activations (`TESSERA_WGPU_MV_V4=y`), or
+/// neither (`none`), for measuring one against another.
+fn vector_loads() -> (bool, bool) {
+    static SET: OnceLock<(bool, bool)> = OnceLock::new();
+    *SET.get_or_init(|| {
+        match std::env::var("TESSERA_WGPU_MV_V4")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("none") => (false, false),
+            Ok("y") => (false, true),
+            _ => (true, true),
+        }
+    })
+}
+
+/// (invocations per group, rows per group) for `cols` columns; (0, 0): not
+/// this kernel. The defaults were measured on an NVIDIA H100;
+/// `TESSERA_WGPU_MV=lanes,rows` overrides them (`off`: the general kernel),
+/// for measuring one against another.
+fn shape(cols: usize) -> (u32, u32) {
+    static SET: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+    let set = *SET.get_or_init(|| {
+        let v = std::env::var("TESSERA_WGPU_MV").ok()?;
+        if v.trim() == "off" {
+            return Some((0, 0));
+        }
+        let (l, r) = v.split_once(',')?;
+        let l: u32 = l.trim().parse().ok()?;
+        let r: u32 = r.trim().parse().ok()?;
+        ([32, 64, 128].contains(&l) && [1, 2, 4].contains(&r)).then_some((l, r))
+    });
+    let (lanes, rows) = set.unwrap_or((64, 2));
+    // The shared partials hold at most 16 (row, column) pairs a group.
+    let max_rows = if cols > 1 { 2 } else { 4 };
+    (lanes, rows.min(max_rows))
+}
