@@ -1,8 +1,9 @@
 //! A batch of GPU work recorded into one command buffer: kernel dispatches
 //! (each with its parameter block) and buffer copies, in order.
 //!
-//! All parameter blocks of a batch go into one uniform buffer, each dispatch
-//! binding its own 256-byte window; consecutive dispatches share one compute
+//! All parameter blocks of a batch go into the device's parameter buffer,
+//! each dispatch binding its own 256-byte window by a dynamic offset, with a
+//! bind group kept from compute to compute ([`crate::binds`]); consecutive dispatches share one compute
 //! pass (wgpu inserts the barriers between dependent dispatches), a copy
 //! ends the pass. A graph compute is one batch, hence one submission.
 //!
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use tessera::profile::OpTotals;
 use tessera::{Error, Result};
 
+use crate::binds::Cache;
 use crate::device::Core;
 use crate::params::{PARAMS_SIZE, Params};
 use crate::pipelines::Kernel;
@@ -219,9 +221,10 @@ impl<'a> Batch<'a> {
 
     /// The recorded work as one command buffer (`None` if empty), with the
     /// timestamps of a timed batch.
-    pub(crate) fn finish(
+    fn finish(
         self,
         what: &str,
+        binds: &mut Cache,
     ) -> Result<(Option<wgpu::CommandBuffer>, Option<Timing>)> {
         if self.steps.is_empty() {
             return Ok((None, None));
@@ -240,27 +243,7 @@ impl<'a> Batch<'a> {
             what,
             param_bytes,
             || -> Result<(wgpu::CommandBuffer, Option<Timing>)> {
-                let uniform = if self.params.is_empty() {
-                    None
-                } else {
-                    let buf = core.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("tessera-params"),
-                        size: param_bytes as u64,
-                        usage: wgpu::BufferUsages::UNIFORM,
-                        mapped_at_creation: true,
-                    });
-                    {
-                        let mut view = buf.get_mapped_range_mut(..).map_err(|e| {
-                            Error::device(
-                                &core.name,
-                                format!("{what}: mapping the parameter buffer: {e}"),
-                            )
-                        })?;
-                        view.copy_from_slice(bytemuck::cast_slice(&self.params));
-                    }
-                    buf.unmap();
-                    Some(buf)
-                };
+                binds.write_params(&core.device, &core.queue, &self.params)?;
                 let mut encoder = core
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(what) });
@@ -303,28 +286,9 @@ impl<'a> Batch<'a> {
                         groups,
                     }) = self.steps.get(i)
                     {
-                        if let Some(uniform) = &uniform {
-                            let mut entries = vec![wgpu::BindGroupEntry {
-                                binding: 0,
-                                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                    buffer: uniform,
-                                    offset: (*params * PARAMS_SIZE) as u64,
-                                    size: wgpu::BufferSize::new(PARAMS_SIZE as u64),
-                                }),
-                            }];
-                            for (k, b) in buffers.iter().enumerate() {
-                                entries.push(wgpu::BindGroupEntry {
-                                    binding: k as u32 + 1,
-                                    resource: b.as_entire_binding(),
-                                });
-                            }
-                            let group = core.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                                label: None,
-                                layout: &kernel.layout,
-                                entries: &entries,
-                            });
+                        if let Some(group) = binds.group(&core.device, &kernel.layout, buffers) {
                             pass.set_pipeline(&kernel.pipeline);
-                            pass.set_bind_group(0, &group, &[]);
+                            pass.set_bind_group(0, &group, &[(*params * PARAMS_SIZE) as u32]);
                             pass.dispatch_workgroups(groups[0], groups[1], 1);
                         }
                         i += 1;
@@ -360,7 +324,10 @@ impl<'a> Batch<'a> {
         what: &str,
     ) -> Result<(Option<wgpu::SubmissionIndex>, Option<Timing>)> {
         let core = self.core;
-        match self.finish(what)? {
+        // The parameter blocks written by `finish` must reach this
+        // submission, not another stream's: one lock from write to submit.
+        let mut binds = core.binds.lock();
+        match self.finish(what, &mut binds)? {
             (Some(cb), timing) => Ok((Some(core.submit(what, vec![cb])?), timing)),
             (None, _) => Ok((None, None)),
         }

@@ -122,6 +122,15 @@ pub struct WgpuBuffer {
     usage: UsageCell,
 }
 
+impl Drop for WgpuBuffer {
+    fn drop(&mut self) {
+        // The bind groups kept for later computes must not keep it alive.
+        if let Some(raw) = &self.raw {
+            self.core.binds.forget(raw);
+        }
+    }
+}
+
 impl WgpuBuffer {
     /// The wgpu buffer (`None` for an empty buffer).
     pub fn raw(&self) -> Option<&wgpu::Buffer> {

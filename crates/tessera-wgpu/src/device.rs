@@ -16,6 +16,7 @@ use tessera::{
 };
 
 use crate::adapter::AdapterSummary;
+use crate::binds::Binds;
 use crate::buffer::WgpuBufferType;
 use crate::errors::ErrorSink;
 use crate::event::WgpuEvent;
@@ -43,6 +44,8 @@ pub(crate) struct Core {
     pub limits: wgpu::Limits,
     pub errors: Arc<ErrorSink>,
     pub pipelines: Pipelines,
+    /// Bind groups and the parameter buffer, kept between computes.
+    pub binds: Binds,
     /// Largest buffer (= largest binding): every buffer is bound whole.
     pub max_buffer: usize,
     /// Nanoseconds per GPU timestamp tick, when the device can time its
@@ -154,6 +157,7 @@ impl WgpuDevice {
             limits,
             errors,
             pipelines: Pipelines::default(),
+            binds: Binds::default(),
             max_buffer,
             timestamp_period,
         });

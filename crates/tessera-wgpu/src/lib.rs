@@ -19,6 +19,7 @@
 
 pub mod adapter;
 mod batch;
+mod binds;
 pub mod buffer;
 pub mod device;
 mod encode;
@@ -48,6 +49,21 @@ pub use stream::{HOST_PROFILE_LABEL, WgpuStream};
 pub fn family() -> Arc<WgpuFamily> {
     static FAMILY: OnceLock<Arc<WgpuFamily>> = OnceLock::new();
     FAMILY.get_or_init(|| Arc::new(WgpuFamily::new())).clone()
+}
+
+/// The first adapter's device for a unit test, or `None` (the test skips,
+/// saying so) where there is none, unless `TESSERA_REQUIRE_GPU=1`.
+#[cfg(test)]
+pub(crate) fn test_device() -> Option<Arc<WgpuDevice>> {
+    let d = family().wgpu_devices().into_iter().next();
+    if d.is_none() {
+        assert!(
+            std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "TESSERA_REQUIRE_GPU=1 but no adapter"
+        );
+        eprintln!("skipped: no wgpu adapter");
+    }
+    d
 }
 
 /// Add the process-wide [`family`] to [`tessera::Registry::global`].

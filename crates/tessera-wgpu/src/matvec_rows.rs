@@ -24,6 +24,9 @@ pub(crate) struct Variant {
     /// 16-byte loads of the weights (F32) and of the activations.
     pub(crate) a4: bool,
     pub(crate) y4: bool,
+    /// Every word of the weights' rows at a multiple of 4 bytes (one load
+    /// a word).
+    w4: bool,
 }
 
 /// Invocations per workgroup (`@workgroup_size(128)`).
@@ -44,14 +47,16 @@ impl Variant {
             .unwrap_or_else(|p| p.into_inner());
         bodies.entry(*self).or_insert_with(|| {
             let src = format!(
-                "const MV_COLS: u32 = {}u;\nconst MV_LANES: u32 = {}u;\nconst MV_R: u32 = {}u;\n{}{}",
+                "const MV_COLS: u32 = {}u;\nconst MV_LANES: u32 = {}u;\nconst MV_R: u32 = {}u;\n\
+                 const MV_W4: bool = {};\n{}{}",
                 if self.many { 8 } else { 1 },
                 self.lanes,
                 self.rows,
+                self.w4,
                 include_str!("shaders/matmul_common.wgsl"),
                 include_str!("shaders/matvec_rows.wgsl"),
             );
-            // At most 18 variants (lanes x rows x columns) per process.
+            // A few dozen variants (lanes x rows x columns x alignment) at most.
             Box::leak(src.into_boxed_str())
         })
     }
@@ -68,6 +73,12 @@ pub(crate) fn variant(
 ) -> Option<Variant> {
     let (lanes, rows) = shape(cols);
     if lanes == 0 {
+        return None;
+    }
+    // One column of Q4_K/Q5_K: the general kernel's integer sums, scaled
+    // once a sub-block, beat dequantizing every value (H100, 4096 x 14336:
+    // 89 vs 105 us and 103 vs 120 us).
+    if cols == 1 && !shape_set() && matches!(a.dtype, DType::Q4K | DType::Q5K) {
         return None;
     }
     let k = a.ne[0];
@@ -98,12 +109,19 @@ pub(crate) fn variant(
             _ => false,
         };
     let (a4, y4) = vector_loads();
+    let a4b = |x: usize| x.is_multiple_of(4);
+    // Words at multiples of 4 everywhere: rows and batches at multiples of
+    // 4 bytes, and blocks whose size is one (element rows are whole units).
+    let elements = matches!(a.dtype, DType::F32 | DType::F16 | DType::BF16);
+    let w4 =
+        a4b(a_off) && a.nb[1..].iter().all(|&s| a4b(s)) && (elements || a4b(a.dtype.type_size()));
     (a_ok && b_ok).then_some(Variant {
         many: cols > 1,
         lanes,
         rows,
         a4: a4 && a.dtype == DType::F32,
         y4,
+        w4,
     })
 }
 
@@ -125,23 +143,39 @@ fn vector_loads() -> (bool, bool) {
 }
 
 /// (invocations per group, rows per group) for `cols` columns; (0, 0): not
-/// this kernel. The defaults were measured on an NVIDIA H100;
-/// `TESSERA_WGPU_MV=lanes,rows` overrides them (`off`: the general kernel),
-/// for measuring one against another.
+/// this kernel. `TESSERA_WGPU_MV=lanes,rows` overrides the defaults (`off`:
+/// the general kernel), for measuring one against another.
+///
+/// The defaults, measured on an NVIDIA H100 (4096 x 14336, every weight
+/// type, GPU time per product): one column, 64 invocations on one row
+/// (Q4_0 82 us, Q8_0 84, F16 85, IQ4_NL 103; two rows a group 86, 90, 86,
+/// 159; the general kernel 129, 139, 219, 132); up to 8 columns, 64
+/// invocations on two rows (Q4_0 307 us, F16 329 against the general
+/// kernel's 943 and 1072).
 fn shape(cols: usize) -> (u32, u32) {
-    static SET: OnceLock<Option<(u32, u32)>> = OnceLock::new();
-    let set = *SET.get_or_init(|| {
-        let v = std::env::var("TESSERA_WGPU_MV").ok()?;
-        if v.trim() == "off" {
-            return Some((0, 0));
-        }
-        let (l, r) = v.split_once(',')?;
-        let l: u32 = l.trim().parse().ok()?;
-        let r: u32 = r.trim().parse().ok()?;
-        ([32, 64, 128].contains(&l) && [1, 2, 4].contains(&r)).then_some((l, r))
-    });
-    let (lanes, rows) = set.unwrap_or((64, 2));
+    let (lanes, rows) =
+        SET.get_or_init(read_shape)
+            .unwrap_or(if cols > 1 { (64, 2) } else { (64, 1) });
     // The shared partials hold at most 16 (row, column) pairs a group.
     let max_rows = if cols > 1 { 2 } else { 4 };
     (lanes, rows.min(max_rows))
+}
+
+static SET: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+
+/// `TESSERA_WGPU_MV`, if set and well-formed.
+fn read_shape() -> Option<(u32, u32)> {
+    let v = std::env::var("TESSERA_WGPU_MV").ok()?;
+    if v.trim() == "off" {
+        return Some((0, 0));
+    }
+    let (l, r) = v.split_once(',')?;
+    let l: u32 = l.trim().parse().ok()?;
+    let r: u32 = r.trim().parse().ok()?;
+    ([32, 64, 128].contains(&l) && [1, 2, 4].contains(&r)).then_some((l, r))
+}
+
+/// Whether `TESSERA_WGPU_MV` chose the shape.
+fn shape_set() -> bool {
+    SET.get_or_init(read_shape).is_some()
 }

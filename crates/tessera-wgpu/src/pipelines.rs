@@ -109,7 +109,8 @@ impl Pipelines {
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
                 ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: false,
+                // The parameter block's slot (crate::binds).
+                has_dynamic_offset: true,
                 min_binding_size: wgpu::BufferSize::new(PARAMS_SIZE as u64),
             },
             count: None,
@@ -227,22 +228,12 @@ mod tests {
     /// the other's error (seen once in a full run). They take turns.
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    fn device() -> Option<Arc<crate::WgpuDevice>> {
-        let d = crate::family().wgpu_devices().into_iter().next();
-        if d.is_none() {
-            assert!(
-                std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
-                "TESSERA_REQUIRE_GPU=1 but no adapter"
-            );
-            eprintln!("skipped: no wgpu adapter");
-        }
-        d
-    }
-
     #[test]
     fn a_wgsl_error_is_an_error_not_a_panic() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = device() else { return };
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
         let core = dev.core();
         let key = KernelKey {
             name: "broken",
@@ -278,7 +269,9 @@ mod tests {
     #[test]
     fn validation_errors_are_captured() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = device() else { return };
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
         let core = dev.core();
         // MAP_READ with STORAGE is invalid in WebGPU.
         let r = core.scoped("creating an invalid buffer", 16, || {

@@ -37,12 +37,7 @@ fn nudge(v: f32, k: i32) -> f32 {
 
 #[test]
 fn division_and_square_root_round_like_the_host() {
-    let Some(dev) = crate::family().wgpu_devices().into_iter().next() else {
-        assert!(
-            std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
-            "TESSERA_REQUIRE_GPU=1 but no adapter"
-        );
-        eprintln!("skipped: no wgpu adapter");
+    let Some(dev) = crate::test_device() else {
         return;
     };
     // Operands like the quantizers': scales, sums and ranges over many

@@ -1,16 +1,39 @@
-// attention.wgsl: FLASH_ATTN_EXT, one workgroup of 64 per (head, query, ne3)
-// with an online softmax over tiles of 64 keys. Thread l scores key
-// t0 + l of a tile; every thread then owns output columns l, l + 64, ...
-// (head sizes up to 512). q: src0 (F32), k: src1, v: src2 (F16/F32, or
-// Q8_0 when iu.y / iu.z = 1: a quantized cache, read by blocks),
-// mask: src3 (F16) when iu.x = 1; sinks: src4 (F32, one per head, at byte
-// iu2.x) when iu.w = 1, joining the maximum and the sum after the keys as
-// ggml does. fp: scale, max_bias, logit_softcap.
+// attention.wgsl: FLASH_ATTN_EXT, one workgroup of 256 per (head, query,
+// ne3) with an online softmax over tiles of 64 keys. The workgroup is
+// FA_SPLIT = 4 teams of 64: in round r, team s takes tile 4r + s, so four
+// tiles are scored and summed side by side (decoding has one query per
+// head: too few workgroups to fill a GPU otherwise), each team keeping its
+// own maximum, sum and outputs, merged at the end. Within a team, thread l
+// scores key t0 + l of its tile against the query (held in workgroup
+// memory), then owns output columns l, l + 64, ... (head sizes up to 512).
+// q: src0 (F32), k: src1, v: src2 (F16/F32, or Q8_0 when iu.y / iu.z = 1:
+// a quantized cache, read by blocks), mask: src3 (F16) when iu.x = 1;
+// sinks: src4 (F32, one per head, at byte iu2.x) when iu.w = 1, joining
+// the maximum and the sum after the keys as ggml does. fp: scale,
+// max_bias, logit_softcap.
+
+const FA_SPLIT: u32 = 4u;
+/// Query values kept in workgroup memory (longer rows read the query from
+/// its buffer).
+const FA_QMAX: u32 = 512u;
+
+// An F16 value of a cache row at byte `p`, by the hardware's conversion
+// (exact: every f16 is an f32).
+fn fa_f16_k(p: u32) -> f32 {
+    return unpack2x16float(s1_h(p)).x;
+}
+
+fn fa_f16_v(p: u32) -> f32 {
+    return unpack2x16float(s2_h(p)).x;
+}
 
 // Value d of the K row at byte `row`.
 fn k_val(row: u32, d: u32) -> f32 {
     if (P.iu.y == 1u) {
         return s1_dq(row + (d / 32u) * P.nb_1.x, d % 32u);
+    }
+    if (s1_T == T_F16) {
+        return fa_f16_k(row + d * P.nb_1.x);
     }
     return s1_ld(row + d * P.nb_1.x);
 }
@@ -20,13 +43,21 @@ fn v_val(row: u32, e: u32) -> f32 {
     if (P.iu.z == 1u) {
         return s2_dq(row + (e / 32u) * P.nb_2.x, e % 32u);
     }
+    if (s2_T == T_F16) {
+        return fa_f16_v(row + e * P.nb_2.x);
+    }
     return s2_ld(row + e * P.nb_2.x);
 }
 
-var<workgroup> score: array<f32, 64>;
-var<workgroup> keep: array<u32, 64>;
+var<workgroup> qv: array<f32, 512>; // FA_QMAX
+var<workgroup> score: array<f32, 256>; // FA_SPLIT * 64: a team's scores, then weights
+var<workgroup> keep: array<u32, 256>;
+var<workgroup> team_m: array<f32, 4>;
+var<workgroup> team_sum: array<f32, 4>;
+var<workgroup> team_seen: array<u32, 4>;
+var<workgroup> team_acc: array<f32, 2048>; // FA_SPLIT * 512
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lidv: vec3<u32>) {
     let g = group_index(wid, nwg);
@@ -35,7 +66,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (g >= n_head * n_q * P.ne_0.w) {
         return;
     }
-    let l = lidv.x;
+    let lid = lidv.x;
+    let team = lid / 64u;
+    let l = lid % 64u;
+    let ts = team * 64u;
     let ih = g % n_head;
     let iq = (g / n_head) % n_q;
     let i3 = g / (n_head * n_q);
@@ -49,11 +83,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let mb = P.off2.x + iq * P.nb_3.y + (ih % P.ne_3.z) * P.nb_3.z + (i3 % P.ne_3.w) * P.nb_3.w;
     let slope = alibi_slope(P.fp.y, n_head, ih);
     let cap = P.fp.z;
+    let q_shared = dk <= FA_QMAX;
+    for (var d = lid; q_shared && d < dk; d = d + 256u) {
+        qv[d] = s0_ld(q + d * P.nb_0.x);
+    }
+    workgroupBarrier();
     var acc: array<f32, 8>;
     var m = 0.0;
     var sum = 0.0;
     var seen = false;
-    for (var t0 = 0u; t0 < n_kv; t0 = t0 + 64u) {
+    let rounds = (n_kv + 64u * FA_SPLIT - 1u) / (64u * FA_SPLIT);
+    for (var r = 0u; r < rounds; r = r + 1u) {
+        let t0 = (r * FA_SPLIT + team) * 64u;
         let j = t0 + l;
         var s = 0.0;
         var kept = 0u;
@@ -70,8 +111,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             if (kept == 1u) {
                 var dot = 0.0;
+                let krow = kb + j * P.nb_1.y;
                 for (var d = 0u; d < dk; d = d + 1u) {
-                    dot = dot + s0_ld(q + d * P.nb_0.x) * k_val(kb + j * P.nb_1.y, d);
+                    var qd: f32;
+                    if (q_shared) {
+                        qd = qv[d];
+                    } else {
+                        qd = s0_ld(q + d * P.nb_0.x);
+                    }
+                    dot = dot + qd * k_val(krow, d);
                 }
                 var x = dot * P.fp.x;
                 if (cap != 0.0) {
@@ -80,17 +128,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 s = x + mv;
             }
         }
-        score[l] = s;
-        keep[l] = kept;
+        score[ts + l] = s;
+        keep[ts + l] = kept;
         workgroupBarrier();
+        // The team's new maximum (every thread of the team alike).
         var tmax = m;
         var tany = seen;
         for (var u = 0u; u < 64u; u = u + 1u) {
-            if (keep[u] == 1u) {
-                tmax = select(score[u], max(tmax, score[u]), tany);
+            if (keep[ts + u] == 1u) {
+                tmax = select(score[ts + u], max(tmax, score[ts + u]), tany);
                 tany = true;
             }
         }
+        workgroupBarrier();
+        // Each thread turns its own score into a weight, once.
+        score[ts + l] = select(0.0, exp(s - tmax), kept == 1u);
+        workgroupBarrier();
         if (tany) {
             let corr = select(0.0, exp(m - tmax), seen);
             sum = sum * corr;
@@ -98,8 +151,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 acc[c] = acc[c] * corr;
             }
             for (var u = 0u; u < 64u; u = u + 1u) {
-                if (keep[u] == 1u) {
-                    let w = exp(score[u] - tmax);
+                if (keep[ts + u] == 1u) {
+                    let w = score[ts + u];
                     sum = sum + w;
                     let vrow = vb + (t0 + u) * P.nb_2.y;
                     for (var c = 0u; c < 8u; c = c + 1u) {
@@ -115,27 +168,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
-    if (P.iu.w == 1u) {
-        let sk = s4_ld(P.iu2.x + ih * 4u);
-        if (!seen) {
-            // No key: ggml's M = -inf, S = 0 give S = 1 and a zero row.
-            sum = 1.0;
-        } else if (sk > m) {
-            let ms = exp(m - sk);
-            for (var c = 0u; c < 8u; c = c + 1u) {
-                acc[c] = acc[c] * ms;
-            }
-            sum = sum * ms + 1.0;
-        } else {
-            sum = sum + exp(sk - m);
+    // Merge the teams: maximum M over the teams that saw a key, then their
+    // sums and outputs scaled by exp(m - M).
+    if (l == 0u) {
+        team_m[team] = m;
+        team_sum[team] = sum;
+        team_seen[team] = u32(seen);
+    }
+    for (var c = 0u; c < 8u; c = c + 1u) {
+        let e = l + 64u * c;
+        if (e < dv) {
+            team_acc[team * 512u + e] = acc[c];
         }
     }
-    let inv = select(0.0, 1.0 / sum, sum != 0.0);
+    workgroupBarrier();
+    if (team != 0u) {
+        return;
+    }
+    var found = false;
+    var mm = 0.0;
+    for (var t = 0u; t < FA_SPLIT; t = t + 1u) {
+        if (team_seen[t] == 1u) {
+            mm = select(team_m[t], max(mm, team_m[t]), found);
+            found = true;
+        }
+    }
+    var total = 0.0;
+    var out: array<f32, 8>;
+    for (var t = 0u; t < FA_SPLIT; t = t + 1u) {
+        if (team_seen[t] == 1u) {
+            let f = exp(team_m[t] - mm);
+            total = total + team_sum[t] * f;
+            for (var c = 0u; c < 8u; c = c + 1u) {
+                let e = l + 64u * c;
+                if (e < dv) {
+                    out[c] = out[c] + team_acc[t * 512u + e] * f;
+                }
+            }
+        }
+    }
+    if (P.iu.w == 1u) {
+        let sk = s4_ld(P.iu2.x + ih * 4u);
+        if (!found) {
+            // No key: ggml's M = -inf, S = 0 give S = 1 and a zero row.
+            total = 1.0;
+        } else if (sk > mm) {
+            let ms = exp(mm - sk);
+            for (var c = 0u; c < 8u; c = c + 1u) {
+                out[c] = out[c] * ms;
+            }
+            total = total * ms + 1.0;
+        } else {
+            total = total + exp(sk - mm);
+        }
+    }
+    let inv = select(0.0, 1.0 / total, total != 0.0);
     let o = P.off.x + ih * P.nb_d.y + iq * P.nb_d.z + i3 * P.nb_d.w;
     for (var c = 0u; c < 8u; c = c + 1u) {
         let e = l + 64u * c;
         if (e < dv) {
-            d_st(o + e * P.nb_d.x, acc[c] * inv);
+            d_st(o + e * P.nb_d.x, out[c] * inv);
         }
     }
 }

@@ -1,7 +1,8 @@
 // matvec_rows.wgsl: MUL_MAT with few columns (n <= MV_COLS) over MV_R rows
 // at once: dst[i, j] = sum_k src0[k, i] * src1[k, j], src0 broadcast over
 // dims 2-3. The host prepends MV_COLS (1 or 8), MV_LANES (32, 64 or 128
-// invocations per group of rows) and MV_R (rows per group, 1, 2 or 4).
+// invocations per group of rows), MV_R (rows per group, 1, 2 or 4) and
+// MV_W4 (every word of src0's rows at a multiple of 4 bytes).
 //
 // Why: a one-column product reads its weights once but the activations
 // once per row, from the cache; with one row per invocation group and
@@ -56,14 +57,31 @@ fn mv_pos(u: u32, v: u32) -> u32 {
     return 16u * u + 4u * v;
 }
 
-// Four bytes of src0 at byte `p` (a multiple of 2) as one word: two
-// aligned loads and a select, not a branch (blocks of 18 or 34 bytes
+// Four bytes of src0 at byte `p` (a multiple of 2) as one word: one load
+// where every word of the rows is aligned (MV_W4, the host's finding), else
+// two aligned loads and a select, not a branch (blocks of 18 or 34 bytes
 // alternate their alignment from lane to lane).
 fn mv_word(p: u32) -> u32 {
     let w = p >> 2u;
+    if (MV_W4) {
+        return s0_w(w);
+    }
     let lo = s0_w(w);
     let hi = s0_w(w + 1u);
     return select(lo, (lo >> 16u) | (hi << 16u), (p & 2u) != 0u);
+}
+
+// The two words at byte `p` (a multiple of 2): three aligned loads.
+fn mv_words2(p: u32) -> vec2<u32> {
+    let w = p >> 2u;
+    let a = s0_w(w);
+    let b = s0_w(w + 1u);
+    if (MV_W4) {
+        return vec2<u32>(a, b);
+    }
+    let c = s0_w(w + 2u);
+    let odd = (p & 2u) != 0u;
+    return select(vec2<u32>(a, b), vec2<u32>((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u)), odd);
 }
 
 // The f16 at byte `p` of src0 (a multiple of 2), by the hardware's
@@ -136,8 +154,9 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
             qh = s0_h(blk + 4u) | (s0_h(blk + 6u) << 16u);
             qs = blk + 8u;
         }
+        let words = mv_words2(qs + 8u * h);
         for (var v = 0u; v < 4u; v = v + 1u) {
-            let word = mv_word(qs + 8u * h + 4u * (v & 1u));
+            let word = words[v & 1u];
             var q = mv_bytes(word, select(0u, 4u, v >= 2u), 15u);
             if (s0_T == T_Q5_0 || s0_T == T_Q5_1) {
                 // Fifth bits of values 8h + 4(v % 2) + j (+ 16 for high nibbles).
@@ -155,8 +174,11 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
         let blk = a + (u >> 1u) * P.nb_0.x;
         let d = mv_f16(blk);
         let p = blk + 2u + 16u * (u & 1u);
+        let lo = mv_words2(p);
+        let hi = mv_words2(p + 8u);
+        let words = vec4<u32>(lo, hi);
         for (var v = 0u; v < 4u; v = v + 1u) {
-            let word = mv_word(p + 4u * v);
+            let word = words[v];
             w[v] = d * vec4<f32>(vec4<i32>(sext8(word & 0xffu), sext8((word >> 8u) & 0xffu),
                 sext8((word >> 16u) & 0xffu), sext8(word >> 24u)));
         }
