@@ -14,9 +14,12 @@
 //! - Q8_0 and Q4_0 with `vpdpbusd`, in [`super::gemv_avx512_q8`]; Q4_1,
 //!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`], IQ4_XS
 //!   in [`super::gemv_avx512_iq4xs`].
+//! - Q2K and Q3K with `vpmaddubsw`/`vpmaddwd` on whole super-blocks, in
+//!   [`super::gemv_avx512_k`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
-//! transposing add tree ([`imp::sums`]). Q4K and Q6K use the AVX2 kernels.
+//! transposing add tree ([`imp::sums`]). Q4K, Q5K and Q6K use the AVX2
+//! kernels (an AVX-512 Q4K tile measured no faster).
 
 use tessera::DType;
 
@@ -63,6 +66,9 @@ pub(crate) mod imp {
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
     use crate::kernels::gemv_avx512_iq4xs::iq4_xs_tile;
+    use crate::kernels::gemv_avx512_k::{
+        Q2K as K23_Q2K, Q3K as K23_Q3K, block_bytes as k23b, k23_tile,
+    };
     use crate::kernels::gemv_avx512_q5::{
         IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
         block_bytes as q5b, q5_tile,
@@ -81,6 +87,8 @@ pub(crate) mod imp {
             DType::Q5_1 => q5_1_safe,
             DType::IQ4NL => iq4_nl_safe,
             DType::IQ4XS => iq4_xs_safe,
+            DType::Q2K => q2_k_safe,
+            DType::Q3K => q3_k_safe,
             _ => return None,
         })
     }
@@ -168,11 +176,12 @@ pub(crate) mod imp {
     safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 2, 4, 4);
     safe_tile!(q4_0_safe, q4_0_tile, Q4_0_BYTES, Q8_0_BYTES, 4, 2, 4, 2);
 
-    /// [`q5_tile`] of one kind, in the shape [`safe_tile`] calls.
-    macro_rules! q5_kind {
-        ($name:ident, $k:expr) => {
+    /// `$kernel` (generic over a kind `K`) of kind `$k`, in the shape
+    /// [`safe_tile`] calls.
+    macro_rules! kind_of {
+        ($name:ident, $kernel:ident, $k:expr) => {
             /// # Safety
-            /// See [`q5_tile`].
+            /// The contract of the generic kernel.
             #[inline]
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
             unsafe fn $name<const R: usize, const C: usize>(
@@ -181,14 +190,19 @@ pub(crate) mod imp {
                 nb: usize,
             ) -> [[f32; R]; C] {
                 // SAFETY: forwarded contract.
-                unsafe { q5_tile::<{ $k }, R, C>(xs, ys, nb) }
+                unsafe { $kernel::<{ $k }, R, C>(xs, ys, nb) }
             }
         };
     }
-    q5_kind!(q4_1_tile, Q5K_Q4_1);
-    q5_kind!(q5_0_tile, Q5K_Q5_0);
-    q5_kind!(q5_1_tile, Q5K_Q5_1);
-    q5_kind!(iq4_nl_tile, Q5K_IQ4_NL);
+    kind_of!(q2_k_tile, k23_tile, K23_Q2K);
+    kind_of!(q3_k_tile, k23_tile, K23_Q3K);
+    safe_tile!(q2_k_safe, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES, 4, 2, 4, 2);
+    safe_tile!(q3_k_safe, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES, 4, 2, 4, 2);
+
+    kind_of!(q4_1_tile, q5_tile, Q5K_Q4_1);
+    kind_of!(q5_0_tile, q5_tile, Q5K_Q5_0);
+    kind_of!(q5_1_tile, q5_tile, Q5K_Q5_1);
+    kind_of!(iq4_nl_tile, q5_tile, Q5K_IQ4_NL);
     /// Weight and activation block bytes of the [`q5_tile`] kinds.
     const B41: (usize, usize) = q5b(Q5K_Q4_1);
     const B50: (usize, usize) = q5b(Q5K_Q5_0);
