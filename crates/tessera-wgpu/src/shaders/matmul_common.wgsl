@@ -19,3 +19,14 @@ fn mm_weight(a: u32, kk: u32) -> f32 {
     }
     return s0_ld(a + kk * P.nb_0.x);
 }
+
+// Sub-block `sub`'s 6-bit scale and min of the Q4_K or Q5_K block at `blk`.
+fn q4k_scale_min(blk: u32, sub: u32) -> vec2<f32> {
+    let sc = blk + 4u;
+    if (sub < 4u) {
+        return vec2<f32>(f32(s0_b(sc + sub) & 63u), f32(s0_b(sc + sub + 4u) & 63u));
+    }
+    let s = (s0_b(sc + sub + 4u) & 15u) | ((s0_b(sc + sub - 4u) >> 6u) << 4u);
+    let m = (s0_b(sc + sub + 4u) >> 4u) | ((s0_b(sc + sub) >> 6u) << 4u);
+    return vec2<f32>(f32(s), f32(m));
+}

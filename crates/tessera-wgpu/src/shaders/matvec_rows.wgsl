@@ -188,8 +188,8 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
         let e = u & 3u;
         let d = mv_f16(blk);
         let dmin = mv_f16(blk + 2u);
-        let lo_sm = mv_q4k_scale_min(blk, 2u * g);
-        let hi_sm = mv_q4k_scale_min(blk, 2u * g + 1u);
+        let lo_sm = q4k_scale_min(blk, 2u * g);
+        let hi_sm = q4k_scale_min(blk, 2u * g + 1u);
         var p = blk + 16u + 32u * g + 8u * e;
         if (s0_T == T_Q5_K) {
             p = blk + 48u + 32u * g + 8u * e;
@@ -260,17 +260,6 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
         }
     }
     return w;
-}
-
-// Sub-block `sub`'s 6-bit scale and min of the Q4_K/Q5_K block at `blk`.
-fn mv_q4k_scale_min(blk: u32, sub: u32) -> vec2<f32> {
-    let sc = blk + 4u;
-    if (sub < 4u) {
-        return vec2<f32>(f32(s0_b(sc + sub) & 63u), f32(s0_b(sc + sub + 4u) & 63u));
-    }
-    let s = (s0_b(sc + sub + 4u) & 15u) | ((s0_b(sc + sub - 4u) >> 6u) << 4u);
-    let m = (s0_b(sc + sub + 4u) >> 4u) | ((s0_b(sc + sub) >> 6u) << 4u);
-    return vec2<f32>(f32(s), f32(m));
 }
 
 @compute @workgroup_size(128)

@@ -90,17 +90,6 @@ fn mv_unit_q8_0(a: u32, u: u32, b: u32, n: u32, acc: ptr<function, array<f32, MV
     }
 }
 
-// Sub-block `sub`'s 6-bit scale and min of the Q4_K block at `blk`.
-fn q4k_scale_min(blk: u32, sub: u32) -> vec2<f32> {
-    let sc = blk + 4u;
-    if (sub < 4u) {
-        return vec2<f32>(f32(s0_b(sc + sub) & 63u), f32(s0_b(sc + sub + 4u) & 63u));
-    }
-    let s = (s0_b(sc + sub + 4u) & 15u) | ((s0_b(sc + sub - 4u) >> 6u) << 4u);
-    let m = (s0_b(sc + sub + 4u) >> 4u) | ((s0_b(sc + sub) >> 6u) << 4u);
-    return vec2<f32>(f32(s), f32(m));
-}
-
 // Unit u (16 values) of the Q4_K or Q5_K row at byte `a`: block u / 16,
 // group g = (u % 16) / 4 of 64 values, quarter e of its 32 quant bytes:
 // values 64g + 8e + i (low nibbles, sub-block 2g) and 64g + 32 + 8e + i
