@@ -40,12 +40,15 @@ impl Variant {
 
     /// The kernel's source (made once per variant).
     pub(crate) fn body(&self) -> &'static str {
-        static BODIES: OnceLock<Mutex<HashMap<Variant, &'static str>>> = OnceLock::new();
+        // The text depends on these; the vector loads only on the bindings.
+        type Text = (bool, u32, u32, bool);
+        static BODIES: OnceLock<Mutex<HashMap<Text, &'static str>>> = OnceLock::new();
         let mut bodies = BODIES
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        bodies.entry(*self).or_insert_with(|| {
+        let key = (self.many, self.lanes, self.rows, self.w4);
+        bodies.entry(key).or_insert_with(|| {
             let src = format!(
                 "const MV_COLS: u32 = {}u;\nconst MV_LANES: u32 = {}u;\nconst MV_R: u32 = {}u;\n\
                  const MV_W4: bool = {};\n{}{}",
