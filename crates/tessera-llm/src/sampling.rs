@@ -124,11 +124,7 @@ impl Sampler {
                 .fold(cand[0], |b, &c| if c.1 > b.1 { c } else { b });
             return Ok(best.0);
         }
-        // Most likely first; equal logits by id.
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if o.top_k > 0 && o.top_k < cand.len() {
-            cand.truncate(o.top_k);
-        }
+        most_likely(&mut cand, o.top_k);
         let probs = softmax(&cand, 1.0);
         if o.top_p < 1.0 {
             let mut sum = 0.0;
@@ -169,6 +165,19 @@ impl Sampler {
         z ^= z >> 31;
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// Keep the `top_k` most likely candidates (0: all), most likely first,
+/// equal logits by id. The `top_k` are found by selection before they are
+/// sorted: sorting a whole vocabulary (262,144 entries for Gemma 3) took
+/// about as long as the model's decoding step.
+fn most_likely(cand: &mut Vec<(u32, f32)>, top_k: usize) {
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if top_k > 0 && top_k < cand.len() {
+        cand.select_nth_unstable_by(top_k - 1, order);
+        cand.truncate(top_k);
+    }
+    cand.sort_by(order);
 }
 
 /// Probabilities of sorted candidates at temperature `t`.
@@ -281,6 +290,39 @@ mod tests {
         let mut s = Sampler::new(o).unwrap();
         for _ in 0..50 {
             assert_eq!(s.sample(&logits()).unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn the_top_k_are_those_of_a_full_sort() {
+        // Logits with many ties (a few distinct values), every k from 1 to
+        // past the vocabulary: the same candidates in the same order as
+        // sorting everything and keeping the first k.
+        let mut state = 7u64;
+        let logits: Vec<f32> = (0..500)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 59) as f32) * 0.5 - 3.0
+            })
+            .collect();
+        let all: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        let mut sorted = all.clone();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for k in [1, 2, 3, 17, 40, 250, 499, 500, 501, 0] {
+            let mut cand = all.clone();
+            most_likely(&mut cand, k);
+            let want = if k == 0 || k >= all.len() {
+                all.len()
+            } else {
+                k
+            };
+            assert_eq!(cand, sorted[..want].to_vec(), "k = {k}");
         }
     }
 
