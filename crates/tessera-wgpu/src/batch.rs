@@ -2,10 +2,11 @@
 //! (each with its parameter block) and buffer copies, in order.
 //!
 //! All parameter blocks of a batch go into the device's parameter buffer,
-//! each dispatch binding its own 256-byte window by a dynamic offset, with a
-//! bind group kept from compute to compute ([`crate::binds`]); consecutive dispatches share one compute
-//! pass (wgpu inserts the barriers between dependent dispatches), a copy
-//! ends the pass. A graph compute is one batch, hence one submission.
+//! each dispatch binding its own 256-byte window by a dynamic offset, with
+//! a bind group kept from compute to compute ([`crate::binds`]);
+//! consecutive dispatches share one compute pass (wgpu inserts the barriers
+//! between dependent dispatches), a copy ends the pass. A graph compute is
+//! one batch, hence one submission.
 //!
 //! A timed batch ([`Batch::timed`], for profiles) labels its dispatches and,
 //! where the device has timestamps, gives each dispatch a pass of its own
