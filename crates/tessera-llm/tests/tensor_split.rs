@@ -194,15 +194,24 @@ fn argmax(l: &[f32]) -> u32 {
 /// The real Gemma 3 270M (Q4_K_M; one KV head: Q cut by single heads, K/V
 /// and the cache mirrored; vocabulary-parallel output over a split copy of
 /// the tied embeddings) on meta(cpu, cpu) against the CPU alone, held to
-/// the standard of the llama.cpp cross-check: a row-parallel product sums
+/// the standard of the llama.cpp cross-check. A row-parallel product sums
 /// its halves in another order (a difference of about 1e-7), and the
 /// quantized activations (Q8_K, F16 cache) turn such differences into
-/// whole rounding steps, so that the two runs differ by as much as
-/// llama.cpp's own two attention paths do on this model (its recorded
-/// noise, `gemma3-270m.ref`, the largest over its prompts: 1.47 on logits
-/// of about 20). The logits after each prompt must agree within that
-/// noise, and the greedy tokens must be the same until the single
-/// device's top two come within it.
+/// whole rounding steps: llama.cpp's own two attention paths differ by up
+/// to its recorded noise (`gemma3-270m.ref`, 0.93 to 1.47 on logits of
+/// about 20), and one device with two kernel families for the same weights
+/// (AVX2 and AVX-512 Q6_K, which add the super-blocks in other orders) by
+/// as much (1.75 measured on the second prompt). So:
+/// - each run's 16 largest logits after each prompt lie within that
+///   prompt's noise of llama.cpp's (what the cross-check asks of one
+///   device);
+/// - the two runs' logits, all of them, differ by at most twice the largest
+///   noise (each of the two orders is that far from the sums' value);
+/// - the greedy tokens are the same until the single device's top two come
+///   within the noise.
+///
+/// A split that lost or doubled a partial sum moves logits by whole units
+/// and fails all three.
 #[test]
 fn gemma_3_matches_the_single_device_within_llama_cpps_noise() {
     tessera_cpu::register();
@@ -215,30 +224,50 @@ fn gemma_3_matches_the_single_device_within_llama_cpps_noise() {
     .unwrap();
     let bytes = std::fs::read(common::gemma_gguf()).unwrap();
     let reference = include_str!("data/gemma3-270m.ref");
-    let mut cases = Vec::new();
-    let mut prompt = Vec::new();
+    // (prompt, llama.cpp's largest logits after it, its noise)
+    let mut cases: Vec<(Vec<u32>, Vec<(usize, f32)>, f32)> = Vec::new();
     for l in reference.lines() {
         if let Some(p) = l.strip_prefix("prompt: ") {
-            prompt = p.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            let prompt = p.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            cases.push((prompt, Vec::new(), 0.0));
         }
-        if let Some(n) = l.strip_prefix("noise: ") {
-            cases.push((prompt.clone(), n.trim().parse::<f32>().unwrap()));
+        let Some(c) = cases.last_mut() else { continue };
+        if let Some(t) = l.strip_prefix("top: ") {
+            c.1 = t
+                .split_whitespace()
+                .map(|x| {
+                    let (id, v) = x.split_once(':').unwrap();
+                    (id.parse().unwrap(), v.parse().unwrap())
+                })
+                .collect();
+        } else if let Some(n) = l.strip_prefix("noise: ") {
+            c.2 = n.trim().parse().unwrap();
         }
     }
     assert_eq!(cases.len(), 4);
+    assert!(cases.iter().all(|c| c.1.len() == 16 && c.2 > 0.0));
     // The noise of the model: the largest recorded over the prompts.
-    let noise = cases.iter().map(|c| c.1).fold(0f32, f32::max);
-    for (prompt, _) in cases {
+    let noise = cases.iter().map(|c| c.2).fold(0f32, f32::max);
+    for (prompt, top, prompt_noise) in cases {
         let (want, want_steps) = greedy_steps(&bytes, None, &prompt, 24);
         let (got, steps) = greedy_steps(&bytes, Some(&meta), &prompt, 24);
-        // The logits after the prompt (where llama.cpp's noise was measured).
+        for (run, logits) in [("one CPU", &want_steps[0]), ("split", &steps[0])] {
+            for &(id, v) in &top {
+                assert!(
+                    (logits[id] - v).abs() <= prompt_noise,
+                    "prompt {prompt:?}, {run}: logit of {id}: {} vs llama.cpp {v} (noise {prompt_noise})",
+                    logits[id]
+                );
+            }
+        }
+        // All the logits after the prompt, split against one device.
         let d = want_steps[0]
             .iter()
             .zip(&steps[0])
             .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(
-            d <= noise,
-            "prompt {prompt:?}: logits after the prompt differ by {d} > noise {noise}"
+            d <= 2.0 * noise,
+            "prompt {prompt:?}: logits after the prompt differ by {d} > twice the noise {noise}"
         );
         let mut agreed = 0;
         for (i, a) in want_steps.iter().enumerate() {
@@ -254,6 +283,8 @@ fn gemma_3_matches_the_single_device_within_llama_cpps_noise() {
             }
             agreed += 1;
         }
-        println!("gemma prompt {prompt:?}: {agreed} of 24 greedy tokens equal (noise {noise})");
+        println!(
+            "gemma prompt {prompt:?}: logits within {d} (noise {noise}), {agreed} of 24 greedy tokens equal"
+        );
     }
 }

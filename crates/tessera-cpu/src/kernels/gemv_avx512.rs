@@ -15,11 +15,11 @@
 //!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`], IQ4_XS
 //!   in [`super::gemv_avx512_iq4xs`].
 //! - Q2K and Q3K with `vpmaddubsw`/`vpmaddwd` on whole super-blocks, in
-//!   [`super::gemv_avx512_k`].
+//!   [`super::gemv_avx512_k`]; Q6K likewise in [`super::gemv_avx512_q6k`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
-//! transposing add tree ([`imp::sums`]). Q4K, Q5K and Q6K use the AVX2
-//! kernels (an AVX-512 Q4K tile measured no faster).
+//! transposing add tree ([`imp::sums`]). Q4K and Q5K use the AVX2 kernels
+//! (an AVX-512 Q4K tile measured no faster).
 
 use tessera::DType;
 
@@ -63,7 +63,7 @@ pub(crate) mod imp {
     use super::*;
     use crate::kernels::dot_iq4::IQ4_XS_BYTES;
     use crate::kernels::dot_quant::Q8K_BYTES;
-    use crate::kernels::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
+    use crate::kernels::dot_quant::{Q4_0_BYTES, Q6K_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
     use crate::kernels::gemv_avx512_iq4xs::iq4_xs_tile;
     use crate::kernels::gemv_avx512_k::{
@@ -73,6 +73,7 @@ pub(crate) mod imp {
         IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
         block_bytes as q5b, q5_tile,
     };
+    use crate::kernels::gemv_avx512_q6k::q6_k_tile;
     use crate::kernels::gemv_avx512_q8::{q4_0_tile, q8_0_tile};
 
     pub fn tile_fn(weights: DType) -> Option<TileFn> {
@@ -89,6 +90,7 @@ pub(crate) mod imp {
             DType::IQ4XS => iq4_xs_safe,
             DType::Q2K => q2_k_safe,
             DType::Q3K => q3_k_safe,
+            DType::Q6K => q6_k_safe,
             _ => return None,
         })
     }
@@ -198,6 +200,7 @@ pub(crate) mod imp {
     kind_of!(q3_k_tile, k23_tile, K23_Q3K);
     safe_tile!(q2_k_safe, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q3_k_safe, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES, 4, 2, 4, 2);
+    safe_tile!(q6_k_safe, q6_k_tile, Q6K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
 
     kind_of!(q4_1_tile, q5_tile, Q5K_Q4_1);
     kind_of!(q5_0_tile, q5_tile, Q5K_Q5_0);

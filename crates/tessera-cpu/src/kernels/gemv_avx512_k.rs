@@ -79,6 +79,45 @@ fn scale_lanes(scales: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
+/// Block `b` of every Q8K column: its scale, its 256 quants as four
+/// registers, and its 16 block sums. With `halves`, register `j` holds
+/// values `32 j..32 j + 32` and `128 + 32 j..` (the Q2K/Q3K planes), else
+/// register `t` holds values `64 t..64 t + 64`.
+///
+/// # Safety
+/// Block `b` of every column must be readable (292 bytes each); AVX-512F/BW
+/// present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q8k_columns<const C: usize>(
+    ys: &[*const u8; C],
+    b: usize,
+    halves: bool,
+) -> ([f32; C], [[__m512i; 4]; C], [__m256i; C]) {
+    let mut yv = [[_mm512_setzero_si512(); 4]; C];
+    let mut bs = [_mm256_setzero_si256(); C];
+    let mut dy = [0f32; C];
+    for c in 0..C {
+        // SAFETY: block b of column c: `d` at 0, the quants at 4, the block
+        // sums at 260 of its 292 bytes (the caller's promise).
+        unsafe {
+            let p = ys[c].add(b * Q8K_BYTES);
+            dy[c] = p.cast::<f32>().read_unaligned();
+            for (j, y) in yv[c].iter_mut().enumerate() {
+                *y = if halves {
+                    let lo = _mm256_loadu_si256(p.add(YQ + 32 * j).cast());
+                    let hi = _mm256_loadu_si256(p.add(YQ + 128 + 32 * j).cast());
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                } else {
+                    _mm512_loadu_si512(p.add(YQ + 64 * j).cast())
+                };
+            }
+            bs[c] = _mm256_loadu_si256(p.add(BSUMS).cast());
+        }
+    }
+    (dy, yv, bs)
+}
+
 /// Weight rows of kind `K` x Q8K columns: `out[c][r] = dot(xs[r], ys[c])`
 /// over `nb` super-blocks.
 ///
@@ -104,23 +143,8 @@ pub(crate) unsafe fn k23_tile<const K: usize, const R: usize, const C: usize>(
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     for b in 0..nb {
-        let mut yv = [[zero; 4]; C];
-        let mut bs = [_mm256_setzero_si256(); C];
-        let mut dy = [0f32; C];
-        for c in 0..C {
-            // SAFETY: block b < nb of column c: `d` at 0, the quants at 4,
-            // the block sums at 260 of its 292 bytes.
-            unsafe {
-                let p = ys[c].add(b * Q8K_BYTES);
-                dy[c] = p.cast::<f32>().read_unaligned();
-                for (j, y) in yv[c].iter_mut().enumerate() {
-                    let lo = _mm256_loadu_si256(p.add(YQ + 32 * j).cast());
-                    let hi = _mm256_loadu_si256(p.add(YQ + 128 + 32 * j).cast());
-                    *y = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                }
-                bs[c] = _mm256_loadu_si256(p.add(BSUMS).cast());
-            }
-        }
+        // SAFETY: block b < nb of every column.
+        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, true) };
         for r in 0..R {
             // SAFETY: block b < nb of row r.
             let p = unsafe { xs[r].add(b * xb) };
