@@ -225,7 +225,8 @@ fn gemma_3_matches_the_single_device_within_llama_cpps_noise() {
     let bytes = std::fs::read(common::gemma_gguf()).unwrap();
     let reference = include_str!("data/gemma3-270m.ref");
     // (prompt, llama.cpp's largest logits after it, its noise)
-    let mut cases: Vec<(Vec<u32>, Vec<(usize, f32)>, f32)> = Vec::new();
+    type Case = (Vec<u32>, Vec<(usize, f32)>, f32);
+    let mut cases: Vec<Case> = Vec::new();
     for l in reference.lines() {
         if let Some(p) = l.strip_prefix("prompt: ") {
             let prompt = p.split_whitespace().map(|x| x.parse().unwrap()).collect();
