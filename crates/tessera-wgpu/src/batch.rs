@@ -6,7 +6,8 @@
 //! a bind group kept from compute to compute ([`crate::binds`]);
 //! consecutive dispatches share one compute pass (wgpu inserts the barriers
 //! between dependent dispatches), a copy ends the pass. A graph compute is
-//! one batch, hence one submission.
+//! one batch, submitted in parts ([`Batch::submit_part`]) so that the GPU
+//! runs the first dispatches while the host records the next ones.
 //!
 //! A timed batch ([`Batch::timed`], for profiles) labels its dispatches and,
 //! where the device has timestamps, gives each dispatch a pass of its own
@@ -188,6 +189,8 @@ impl<'a> Batch<'a> {
         groups: usize,
     ) -> Result<()> {
         let groups = self.grid(groups)?;
+        #[cfg(test)]
+        counts::DISPATCHES.with(|c| c.set(c.get() + 1));
         if let Some(labels) = &mut self.labels {
             labels.push(self.label.clone());
         }
@@ -313,6 +316,30 @@ impl<'a> Batch<'a> {
         made.map(|(cb, t)| (Some(cb), t))
     }
 
+    /// Dispatches recorded since the last submission.
+    pub(crate) fn pending(&self) -> usize {
+        self.params.len()
+    }
+
+    /// Submit what is recorded so far and go on recording into an empty
+    /// batch. Each part's parameter blocks are written right before its own
+    /// submission, under the same lock as [`Batch::submit`]'s, so parts of
+    /// one compute and other streams' submissions cannot mix them up. A
+    /// timed batch is never cut (one submission carries its timestamps).
+    pub(crate) fn submit_part(&mut self, what: &str) -> Result<()> {
+        if self.labels.is_some() || self.steps.is_empty() {
+            return Ok(());
+        }
+        let part = Batch {
+            core: self.core,
+            params: std::mem::take(&mut self.params),
+            steps: std::mem::take(&mut self.steps),
+            labels: None,
+            label: String::new(),
+        };
+        part.submit(what).map(|_| ())
+    }
+
     /// Record nothing more: submit the batch (if not empty) and return the
     /// submission index.
     pub(crate) fn submit(self, what: &str) -> Result<Option<wgpu::SubmissionIndex>> {
@@ -331,6 +358,85 @@ impl<'a> Batch<'a> {
         match self.finish(what, &mut binds)? {
             (Some(cb), timing) => Ok((Some(core.submit(what, vec![cb])?), timing)),
             (None, _) => Ok((None, None)),
+        }
+    }
+}
+
+/// What this thread has recorded and submitted, for tests of how work is
+/// cut and fused (per thread: tests run side by side on one device).
+#[cfg(test)]
+pub(crate) mod counts {
+    use std::cell::Cell;
+
+    thread_local! {
+        pub(crate) static DISPATCHES: Cell<u64> = const { Cell::new(0) };
+        pub(crate) static SUBMISSIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// (dispatches, submissions) so far on this thread.
+    pub(crate) fn now() -> (u64, u64) {
+        (DISPATCHES.with(Cell::get), SUBMISSIONS.with(Cell::get))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+
+    use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
+
+    /// A compute of more dispatches than one part, each reading the one
+    /// before: submitted in parts, every part with its own parameter
+    /// blocks, and the result exact (the host does the same f32 steps).
+    #[test]
+    fn a_long_compute_goes_in_parts_that_keep_their_parameters() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        let stream = dev.new_wgpu_stream().unwrap();
+        let (n, steps) = (50, 200);
+        let mut g = Graph::new();
+        let a = g.input("a", DType::F32, &[n]).unwrap();
+        let b = g.input("b", DType::F32, &[n]).unwrap();
+        let c = g.input("c", DType::F32, &[n]).unwrap();
+        let mut t = a;
+        for k in 0..steps {
+            t = match k % 3 {
+                0 => g.add(t, b).unwrap(),
+                1 => g.mul(t, c).unwrap(),
+                _ => g.sub(t, a).unwrap(),
+            };
+        }
+        g.set_output(t).unwrap();
+        let mut pl = Placement::new(&g);
+        let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev.as_ref()));
+        galloc.alloc_graph(&g, &mut pl).unwrap();
+        let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let y: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+        let z: Vec<f32> = (0..n).map(|i| 0.99 - (i % 7) as f32 * 0.002).collect();
+        pl.tensor(&g, a).unwrap().write_f32(&x).unwrap();
+        pl.tensor(&g, b).unwrap().write_f32(&y).unwrap();
+        pl.tensor(&g, c).unwrap().write_f32(&z).unwrap();
+        let before = super::counts::now().1;
+        stream.compute(&g, &pl).unwrap();
+        let parts = super::counts::now().1 - before;
+        let got = pl.tensor(&g, t).unwrap().read_f32().unwrap();
+        let want_parts =
+            1 + (steps - crate::encode::part_size(0)).div_ceil(crate::encode::part_size(1));
+        assert!(
+            parts >= want_parts as u64,
+            "{steps} dispatches in {parts} submissions"
+        );
+        for i in 0..n {
+            let mut v = x[i];
+            for k in 0..steps {
+                v = match k % 3 {
+                    0 => v + y[i],
+                    1 => v * z[i],
+                    _ => v - x[i],
+                };
+            }
+            assert_eq!(got[i], v, "element {i}");
         }
     }
 }

@@ -88,6 +88,8 @@ impl Core {
         what: &str,
         commands: Vec<wgpu::CommandBuffer>,
     ) -> Result<wgpu::SubmissionIndex> {
+        #[cfg(test)]
+        crate::batch::counts::SUBMISSIONS.with(|c| c.set(c.get() + 1));
         self.scoped(what, 0, || self.queue.submit(commands))
     }
 

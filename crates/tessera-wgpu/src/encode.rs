@@ -20,6 +20,7 @@ use tessera::{
 use crate::batch::{Batch, WG};
 use crate::buffer::WgpuBuffer;
 use crate::device::Core;
+use crate::fuse;
 use crate::matvec_rows;
 use crate::params::Params;
 use crate::pipelines::KernelKey;
@@ -138,10 +139,10 @@ const SRC_NAMES: [&str; 5] = ["s0", "s1", "s2", "s3", "s4"];
 
 /// A tensor resolved to device memory.
 #[derive(Clone, Debug)]
-struct Operand {
-    layout: Layout,
-    buffer: wgpu::Buffer,
-    offset: usize,
+pub(crate) struct Operand {
+    pub(crate) layout: Layout,
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) offset: usize,
 }
 
 /// Record the op nodes of `range` into one submission; returns its index
@@ -176,26 +177,43 @@ pub(crate) fn compute(
     } else {
         Batch::new(core)
     };
+    let mut parts = 0;
+    let counts = graph.use_counts();
+    // A MUL already recorded with the RMS_NORM before it (crate::fuse).
+    let mut fused = None;
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
-        if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
+        if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer || fused == Some(id) {
             continue;
         }
-        if profile.is_some() {
-            let src = |i: usize| node.src(i).and_then(|s| graph.layout(s).ok());
-            let (a, b) = (src(0), src(1));
-            batch.set_label(op_label(node.op, a.as_ref(), b.as_ref(), node.layout.dtype));
+        let label = |batch: &mut Batch<'_>, suffix: &str| {
+            if profile.is_some() {
+                let src = |i: usize| node.src(i).and_then(|s| graph.layout(s).ok());
+                let (a, b) = (src(0), src(1));
+                let label = op_label(node.op, a.as_ref(), b.as_ref(), node.layout.dtype);
+                batch.set_label(label + suffix);
+            }
+        };
+        fused = None;
+        if let Some((mul, w)) = fuse::norm_mul(graph, &counts, id, end) {
+            label(&mut batch, "+MUL");
+            fused = fuse::encode_norm_mul(&mut batch, core, graph, placement, id, mul, w)
+                .map_err(|e| annotate(e, graph, id))?
+                .then_some(mul);
         }
-        encode_node(&mut batch, core, graph, placement, id).map_err(|e| annotate(e, graph, id))?;
-    }
-    if let Some(cb) = abort {
-        match catch_unwind(AssertUnwindSafe(|| cb())) {
-            Ok(false) => {}
-            Ok(true) => return Err(Error::Aborted),
-            Err(_) => return Err(Error::device(&core.name, "the abort callback panicked")),
+        if fused.is_none() {
+            label(&mut batch, "");
+            encode_node(&mut batch, core, graph, placement, id)
+                .map_err(|e| annotate(e, graph, id))?;
+        }
+        if batch.pending() >= part_size(parts) {
+            check_abort(core, abort)?;
+            batch.submit_part("computing a graph")?;
+            parts += 1;
         }
     }
+    check_abort(core, abort)?;
     let (index, timing) = batch.submit_timed("computing a graph")?;
     if let (Some(totals), Some(timing)) = (profile, timing) {
         // The host's side too: checking, encoding and submitting the range.
@@ -204,6 +222,50 @@ pub(crate) fn compute(
     }
     Ok(index)
 }
+
+/// Ask the abort callback (if any) whether to stop before submitting more.
+fn check_abort(core: &Core, abort: Option<&AbortCallback>) -> Result<()> {
+    if let Some(cb) = abort {
+        match catch_unwind(AssertUnwindSafe(|| cb())) {
+            Ok(false) => {}
+            Ok(true) => return Err(Error::Aborted),
+            Err(_) => return Err(Error::device(&core.name, "the abort callback panicked")),
+        }
+    }
+    Ok(())
+}
+
+/// Dispatches in part `k` of a compute's submissions: a short first part
+/// (the GPU starts while the host records the rest), then longer ones
+/// (each submission costs the host some time of its own).
+/// `TESSERA_WGPU_SUBMIT=first,then` sets both; `0` submits a compute whole.
+pub(crate) fn part_size(k: usize) -> usize {
+    static SIZES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    let (first, then) = *SIZES.get_or_init(|| {
+        let parse = |v: &str| -> Option<(usize, usize)> {
+            let mut it = v.split(',').map(|x| x.trim().parse::<usize>().ok());
+            match (it.next()?, it.next()) {
+                (Some(0), _) => Some((usize::MAX, usize::MAX)),
+                (Some(a), None) => Some((a, a)),
+                (Some(a), Some(Some(b))) if b > 0 => Some((a, b)),
+                _ => None,
+            }
+        };
+        std::env::var("TESSERA_WGPU_SUBMIT")
+            .ok()
+            .and_then(|v| parse(&v))
+            .unwrap_or((DEFAULT_FIRST_PART, DEFAULT_PART))
+    });
+    if k == 0 { first } else { then }
+}
+
+/// [`part_size`]'s defaults, after ggml's Vulkan backend (which submits
+/// every 1/40 of a graph's matrix bytes and at least every 100 nodes, the
+/// first parts smaller): 5-6 submissions for a decoding step of a 1B model
+/// (about 330 dispatches). Not yet measured on a GPU against one
+/// submission (`TESSERA_WGPU_SUBMIT=0`).
+const DEFAULT_FIRST_PART: usize = 16;
+const DEFAULT_PART: usize = 64;
 
 /// The profile's entry for the host's time in [`compute`] (not GPU time;
 /// timed computes give each dispatch a pass of its own, so it is somewhat
@@ -220,7 +282,7 @@ fn annotate(e: Error, graph: &Graph, id: TensorId) -> Error {
     }
 }
 
-fn operand(
+pub(crate) fn operand(
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
@@ -266,16 +328,16 @@ fn operand(
 }
 
 /// A dispatch being assembled: bindings, buffers and parameter block.
-struct Call {
+pub(crate) struct Call {
     bindings: Vec<Binding>,
     buffers: Vec<wgpu::Buffer>,
-    params: Params,
+    pub(crate) params: Params,
 }
 
 impl Call {
     /// `dst` written (an output binding) and `srcs` read, in order; a missing
     /// source binds the destination's buffer as an unused placeholder.
-    fn new(dst: &Operand, srcs: &[Option<&Operand>]) -> Result<Self> {
+    pub(crate) fn new(dst: &Operand, srcs: &[Option<&Operand>]) -> Result<Self> {
         let mut bindings = vec![Binding::output("d", dst.layout.dtype)];
         let mut buffers = vec![dst.buffer.clone()];
         let mut layouts = Vec::new();
@@ -691,7 +753,7 @@ fn encode_node(
 /// Record a one-workgroup-per-row kernel over the rows of `a`. Every
 /// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
 /// unused ones bound to a placeholder): the shader names all three.
-fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
+pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())
 }

@@ -26,6 +26,7 @@ mod encode;
 mod errors;
 pub mod event;
 pub mod family;
+mod fuse;
 mod matvec_rows;
 mod params;
 mod pipelines;

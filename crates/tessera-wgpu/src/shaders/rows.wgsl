@@ -1,6 +1,7 @@
 // rows.wgsl: one workgroup per row of src0. iu.x: 0 RMS_NORM, 1 NORM,
 // 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
-// iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x).
+// iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x),
+// 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's).
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -135,7 +136,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var s = 0.0;
     for (var i = l; i < n; i = i + 256u) {
         let x = s0_ld(x_row + i * P.nb_0.x);
-        s = s + select(x, x * x, mode == 0u || mode == 5u);
+        s = s + select(x, x * x, mode == 0u || mode == 5u || mode == 6u);
     }
     s = reduce_sum(l, s);
     if (mode == 5u) {
@@ -156,6 +157,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let scale = 1.0 / sqrt(mean + P.fp.x);
         for (var i = l; i < n; i = i + 256u) {
             d_st(d_row + i * P.nb_d.x, s0_ld(x_row + i * P.nb_0.x) * scale);
+        }
+        return;
+    }
+    if (mode == 6u) {
+        let scale = 1.0 / sqrt(mean + P.fp.x);
+        let w_row = P.off.z + (i1 % P.ne_1.y) * P.nb_1.y + (i2 % P.ne_1.z) * P.nb_1.z
+            + (i3 % P.ne_1.w) * P.nb_1.w;
+        for (var i = l; i < n; i = i + 256u) {
+            let y = s0_ld(x_row + i * P.nb_0.x) * scale;
+            d_st(d_row + i * P.nb_d.x, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
         }
         return;
     }

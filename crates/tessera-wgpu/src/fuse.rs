@@ -1,0 +1,220 @@
+//! Pairs of graph nodes the encoder records as one dispatch.
+//!
+//! Why: a decoding step is hundreds of small dispatches, and on a real GPU
+//! each costs host time (wgpu's recording, the driver) and a barrier. Every
+//! transformer block normalizes three to six times, each an RMS_NORM and a
+//! MUL by the norm's weights (109 pairs a token in Gemma 3 270M). Here the
+//! MUL is applied as the norm writes its result: one dispatch, and the
+//! norm's own result is never written.
+//!
+//! The fused result is bit for bit the two nodes' (the norm's f32 value
+//! times the weight, as the MUL would compute it). Fused only where nothing
+//! can tell: the norm's result has the MUL as its only reader (no other
+//! node, view or copy, not a graph output), the MUL is the next node that
+//! computes anything (so its memory is not still another live tensor's
+//! when written early), its weights are ready when the norm runs, and the
+//! MUL's destination does not overlap the norm's input other than exactly
+//! in place.
+
+use std::sync::Arc;
+
+use tessera::{DType, Flags, Graph, Op, Placement, Result, TensorId};
+
+use crate::batch::Batch;
+use crate::device::Core;
+use crate::encode::{Call, operand, rows};
+
+/// The MUL that RMS_NORM node `id` can be fused with, and the MUL's other
+/// operand (the weights): see the module docs for the conditions. `counts`
+/// are the graph's [`Graph::use_counts`]; `end` the end of the range being
+/// encoded.
+pub(crate) fn norm_mul(
+    graph: &Graph,
+    counts: &[u32],
+    id: TensorId,
+    end: usize,
+) -> Option<(TensorId, TensorId)> {
+    let nodes = graph.nodes();
+    let norm = nodes.get(id.index())?;
+    if !matches!(norm.op, Op::RmsNorm { .. })
+        || norm.flags.contains(Flags::OUTPUT)
+        || counts.get(id.index()) != Some(&1)
+        || norm.layout.dtype != DType::F32
+    {
+        return None;
+    }
+    // The next node that computes something (leaves and views do not).
+    let j = (id.index() + 1..end).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())?;
+    let mul = &nodes[j];
+    if mul.op != Op::Mul
+        || mul.src(0) != Some(id)
+        || mul.layout.ne != norm.layout.ne
+        || mul.layout.dtype != DType::F32
+    {
+        return None;
+    }
+    let w = mul.src(1)?;
+    // The weights' memory is written before the norm runs: a leaf's before
+    // the compute, an op's by an earlier node.
+    let (root, _) = graph.memory_root(w).ok()?;
+    let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
+    ready.then(|| (TensorId::from_index(j as u32), w))
+}
+
+/// Record RMS_NORM `norm` and MUL `mul` (by `w`) as one dispatch; `false`
+/// (nothing recorded) where the MUL's destination overlaps the norm's input
+/// other than exactly in place, or an operand has no memory.
+pub(crate) fn encode_norm_mul(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    norm: TensorId,
+    mul: TensorId,
+    w: TensorId,
+) -> Result<bool> {
+    let Op::RmsNorm { eps } = graph.node(norm)?.op else {
+        return Ok(false);
+    };
+    let Some(x) = graph.node(norm)?.src(0) else {
+        return Ok(false);
+    };
+    let (Some(dst), Some(x), Some(w)) = (
+        operand(core, graph, placement, mul)?,
+        operand(core, graph, placement, x)?,
+        operand(core, graph, placement, w)?,
+    ) else {
+        return Ok(false);
+    };
+    if dst.buffer == x.buffer {
+        let span = |o: &crate::encode::Operand| {
+            o.layout
+                .checked_nbytes()
+                .map(|n| o.offset..o.offset.saturating_add(n))
+        };
+        let (a, b) = (span(&dst)?, span(&x)?);
+        let overlap = a.start < b.end && b.start < a.end;
+        let in_place = dst.offset == x.offset && dst.layout.nb == x.layout.nb;
+        if overlap && !in_place {
+            return Ok(false);
+        }
+    }
+    let mut call = Call::new(&dst, &[Some(&x), Some(&w), None])?;
+    call.params.iu[0] = 6;
+    call.params.fp[0] = eps;
+    rows(batch, core, call, &x.layout)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use tessera::{DType, Graph, GraphAllocator, Placement, Stream, TensorId};
+
+    use crate::WgpuDevice;
+
+    const EPS: f32 = 1e-6;
+
+    /// `x` [64, 3, 2] normalized and multiplied by `w` (shape `w_ne`); with
+    /// `extra`, the norm's result is also added to `x` (a second reader) or
+    /// made an output. Returns (y, the extra result, dispatches).
+    fn run(
+        dev: &WgpuDevice,
+        w_ne: &[usize],
+        extra: Option<&str>,
+        x: &[f32],
+        w: &[f32],
+    ) -> (Vec<f32>, Vec<f32>, u64) {
+        let mut g = Graph::new();
+        let xi = g.input("x", DType::F32, &[64, 3, 2]).unwrap();
+        let wi = g.input("w", DType::F32, w_ne).unwrap();
+        let t = g.rms_norm(xi, EPS).unwrap();
+        let y = g.mul(t, wi).unwrap();
+        g.set_output(y).unwrap();
+        let z: Option<TensorId> = match extra {
+            Some("reader") => Some(g.add(t, xi).unwrap()),
+            Some("output") => Some(t),
+            _ => None,
+        };
+        if let Some(z) = z {
+            g.set_output(z).unwrap();
+        }
+        let stream = dev.new_wgpu_stream().unwrap();
+        let mut pl = Placement::new(&g);
+        let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev));
+        galloc.alloc_graph(&g, &mut pl).unwrap();
+        pl.tensor(&g, xi).unwrap().write_f32(x).unwrap();
+        pl.tensor(&g, wi).unwrap().write_f32(w).unwrap();
+        let before = crate::batch::counts::now().0;
+        stream.compute(&g, &pl).unwrap();
+        let n = crate::batch::counts::now().0 - before;
+        let read = |id| pl.tensor(&g, id).unwrap().read_f32().unwrap();
+        (read(y), z.map(read).unwrap_or_default(), n)
+    }
+
+    /// The f64 reference: `rms_norm(x) * w` with `w` broadcast over rows
+    /// (`w` per row `r` of the [64, 3, 2] tensor: `w_of(r, i)`).
+    fn reference(x: &[f32], w_of: impl Fn(usize, usize) -> f32) -> Vec<f64> {
+        let mut out = Vec::new();
+        for (r, row) in x.chunks(64).enumerate() {
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 64.0;
+            let s = 1.0 / (ms + f64::from(EPS)).sqrt();
+            out.extend((0..64).map(|i| f64::from(row[i]) * s * f64::from(w_of(r, i))));
+        }
+        out
+    }
+
+    fn close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{what}: element {i}: {g} vs {w}"
+            );
+        }
+    }
+
+    #[test]
+    fn rms_norm_and_mul_are_one_dispatch_where_nothing_else_reads_the_norm() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        let x: Vec<f32> = (0..384)
+            .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
+            .collect();
+        let w64: Vec<f32> = (0..64).map(|i| 0.5 + i as f32 * 0.03).collect();
+        let w128: Vec<f32> = (0..128).map(|i| 1.5 - i as f32 * 0.02).collect();
+
+        // Weights per element of a row: fused, one dispatch.
+        let (y, _, n) = run(&dev, &[64], None, &x, &w64);
+        assert_eq!(n, 1, "RMS_NORM + MUL in one dispatch");
+        close(&y, &reference(&x, |_, i| w64[i]), "fused");
+        // Weights broadcast per row over dimension 2 (64 x 1 x 2).
+        let (y2, _, n) = run(&dev, &[64, 1, 2], None, &x, &w128);
+        assert_eq!(n, 1);
+        close(
+            &y2,
+            &reference(&x, |r, i| w128[64 * (r / 3) + i]),
+            "broadcast",
+        );
+
+        // A second reader of the norm: two dispatches and the reader's
+        // value right; the MUL bit for bit the fused one.
+        let (y3, z, n) = run(&dev, &[64], Some("reader"), &x, &w64);
+        assert_eq!(n, 3, "not fused: the norm has another reader");
+        assert_eq!(y3, y, "fused and unfused MUL agree bit for bit");
+        let norm = reference(&x, |_, _| 1.0);
+        let want: Vec<f64> = norm
+            .iter()
+            .zip(&x)
+            .map(|(a, &b)| a + f64::from(b))
+            .collect();
+        close(&z, &want, "the other reader");
+
+        // The norm is an output: written, not fused.
+        let (y4, t, n) = run(&dev, &[64], Some("output"), &x, &w64);
+        assert_eq!(n, 2, "not fused: the norm is an output");
+        assert_eq!(y4, y);
+        close(&t, &norm, "the norm as an output");
+    }
+}
