@@ -103,7 +103,7 @@ pub(crate) mod imp {
             return None;
         }
         Some(match weights {
-            DType::IQ4NL => nl_gemv,
+            DType::IQ4NL => crate::kernels::gemv_avx2_q4_0::iq4_nl_gemv,
             DType::IQ4XS => xs_gemv,
             _ => return None,
         })
@@ -129,7 +129,6 @@ pub(crate) mod imp {
             }
         };
     }
-    gemv_wrapper!(nl_gemv, NL);
     gemv_wrapper!(xs_gemv, XS);
 
     /// Safe one-row dot product and tile wrappers of kind `$k`.

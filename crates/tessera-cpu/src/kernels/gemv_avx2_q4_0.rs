@@ -1,5 +1,6 @@
-//! The one-column Q4_0 product on AVX2 (token generation's MUL_MAT of
-//! Q4_0 weights), with the activation column prepared once per call.
+//! The one-column Q4_0 and IQ4_NL products on AVX2 (token generation's
+//! MUL_MAT of those weights), with the activation column prepared once per
+//! call.
 //!
 //! The tile kernel ([`super::gemv_avx2_q8::q4_0_tile`]) rebuilds, for every
 //! row, what only depends on the activations: the pairs of half-blocks
@@ -15,15 +16,30 @@
 //! of one (with `TESSERA_CPU_ISA=avx2`, `benches/gemv_short.rs`: 9.4 -> 14.3
 //! GB/s of weights at 640 values a row, 13.0 -> 20.0 at 2,048, 13.4 -> 20.9
 //! at 8,192; three alternated runs each).
+//!
+//! IQ4_NL has Q4_0's block layout (an f16 scale, 16 bytes of nibbles) with
+//! the nibbles indexing `kvalues_iq4nl`: the same loop looks the 64 values
+//! of two blocks up with two `vpshufb` and multiplies them by sign
+//! (`maddubs(|w|, sign(y, w))`, each product pair at most 2 * 127 * 127),
+//! widening each half to 32 bits on its own (their sum could pass i16).
+//! That is half the instructions of the IQ4_NL tile it replaces for one
+//! column (`gemv_avx2_iq4`), which converted and scaled every block.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
+use tessera::quant::KVALUES_IQ4NL;
+
 use super::dot::gemv_rows;
 use super::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
 use super::gemv_avx2::imp::hsums;
+use super::gemv_avx2_iq4::imp::{NL, tile as iq4_tile};
 use super::gemv_avx2_q8::{prefetch, q4_0_tile, scales8};
+
+/// The weights' kinds (`K`): Q4_0 or IQ4_NL (both 18-byte blocks).
+const Q4_0: usize = 0;
+const IQ4_NL: usize = 1;
 
 /// Blocks per group.
 const SB: usize = 8;
@@ -97,7 +113,7 @@ impl Column {
 /// built from `y` with at most `nb / 8` groups; the CPU must have AVX2, FMA
 /// and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows<const R: usize>(
+unsafe fn rows<const K: usize, const R: usize>(
     xs: [*const u8; R],
     y: *const u8,
     nb: usize,
@@ -105,6 +121,9 @@ unsafe fn rows<const R: usize>(
 ) -> [f32; R] {
     let m4 = _mm256_set1_epi8(0xf);
     let ones = _mm256_set1_epi16(1);
+    // SAFETY: the table's 16 bytes.
+    let lut = unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) };
+    let lut = _mm256_set_m128i(lut, lut);
     let order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     let mut acc = [_mm256_setzero_ps(); R];
     for (g, (pairs, &dy)) in col.pairs.chunks_exact(SB / 2).zip(&col.scales).enumerate() {
@@ -121,12 +140,21 @@ unsafe fn rows<const R: usize>(
                 };
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                // Four products of at most 15 * 127 per lane: no overflow.
-                let p = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(lo, *lo_y),
-                    _mm256_maddubs_epi16(hi, *hi_y),
-                );
-                *v = _mm256_madd_epi16(_mm256_sub_epi16(p, *offset), ones);
+                *v = if K == IQ4_NL {
+                    let (lo, hi) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
+                    let sl =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(*lo_y, lo));
+                    let sh =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(*hi_y, hi));
+                    _mm256_add_epi32(_mm256_madd_epi16(sl, ones), _mm256_madd_epi16(sh, ones))
+                } else {
+                    // Four products of at most 15 * 127 per lane: no overflow.
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, *lo_y),
+                        _mm256_maddubs_epi16(hi, *hi_y),
+                    );
+                    _mm256_madd_epi16(_mm256_sub_epi16(p, *offset), ones)
+                };
             }
             let s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
             // SAFETY: as above.
@@ -140,11 +168,15 @@ unsafe fn rows<const R: usize>(
     if done < nb {
         // SAFETY: blocks done..nb of the rows and the column exist.
         let tail = unsafe {
-            q4_0_tile::<R, 1>(
+            let (xs, y) = (
                 xs.map(|x| x.add(done * Q4_0_BYTES)),
                 [y.add(done * Q8_0_BYTES)],
-                nb - done,
-            )[0]
+            );
+            if K == IQ4_NL {
+                iq4_tile::<NL, R, 1>(xs, y, nb - done)[0]
+            } else {
+                q4_0_tile::<R, 1>(xs, y, nb - done)[0]
+            }
         };
         for (s, t) in sums.iter_mut().zip(tail) {
             *s += t;
@@ -158,6 +190,15 @@ unsafe fn rows<const R: usize>(
 ///
 /// (Not re-entrant on one thread: kernels do not call kernels.)
 pub(crate) fn q4_0_gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+    gemv::<Q4_0>(a, stride, y, out);
+}
+
+/// The one-column product of IQ4_NL rows, as [`q4_0_gemv`].
+pub(crate) fn iq4_nl_gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
+    gemv::<IQ4_NL>(a, stride, y, out);
+}
+
+fn gemv<const K: usize>(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
     let nb = y.len() / Q8_0_BYTES;
     let yp = y.as_ptr();
     COLUMN.with_borrow_mut(|col| {
@@ -173,9 +214,9 @@ pub(crate) fn q4_0_gemv(a: &[u8], stride: usize, y: &[u8], out: &mut [f32]) {
             // SAFETY: `gemv_rows` passes rows of `n` whole blocks (the
             // column's count, so `col` fits); the CPU was checked by
             // `gemv_fn`.
-            |xp, n| unsafe { rows::<4>(xp, yp, n, col) },
+            |xp, n| unsafe { rows::<K, 4>(xp, yp, n, col) },
             // SAFETY: as above.
-            |x, n| unsafe { rows::<1>([x], yp, n, col)[0] },
+            |x, n| unsafe { rows::<K, 1>([x], yp, n, col)[0] },
         );
     });
 }
