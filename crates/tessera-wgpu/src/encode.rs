@@ -21,6 +21,7 @@ use crate::batch::{Batch, WG};
 use crate::buffer::WgpuBuffer;
 use crate::device::Core;
 use crate::fuse;
+use crate::matvec_q8;
 use crate::matvec_rows;
 use crate::params::Params;
 use crate::pipelines::KernelKey;
@@ -156,6 +157,7 @@ pub(crate) fn compute(
     range: std::ops::Range<usize>,
     abort: Option<&AbortCallback>,
     profile: Option<&mut OpTotals>,
+    scratch: &mut matvec_q8::Scratch,
 ) -> Result<Option<wgpu::SubmissionIndex>> {
     let began = std::time::Instant::now();
     let end = range.end.min(graph.len());
@@ -179,6 +181,8 @@ pub(crate) fn compute(
     };
     let mut parts = 0;
     let counts = graph.use_counts();
+    let mut q8 =
+        matvec_q8::Compute::new(scratch, core, matvec_q8::scratch_bytes(graph, start..end))?;
     // A MUL already recorded with the RMS_NORM before it (crate::fuse).
     let mut fused = None;
     for id in ids() {
@@ -204,7 +208,7 @@ pub(crate) fn compute(
         }
         if fused.is_none() {
             label(&mut batch, "");
-            encode_node(&mut batch, core, graph, placement, id)
+            encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
                 .map_err(|e| annotate(e, graph, id))?;
         }
         if batch.pending() >= part_size(parts) {
@@ -329,7 +333,7 @@ pub(crate) fn operand(
 
 /// A dispatch being assembled: bindings, buffers and parameter block.
 pub(crate) struct Call {
-    bindings: Vec<Binding>,
+    pub(crate) bindings: Vec<Binding>,
     buffers: Vec<wgpu::Buffer>,
     pub(crate) params: Params,
 }
@@ -365,7 +369,7 @@ impl Call {
     }
 
     /// Record it: `items` work items of an element kernel (256 per group).
-    fn items(
+    pub(crate) fn items(
         self,
         batch: &mut Batch<'_>,
         core: &Core,
@@ -379,7 +383,7 @@ impl Call {
     }
 
     /// Record it with `groups` workgroups.
-    fn record(
+    pub(crate) fn record(
         self,
         batch: &mut Batch<'_>,
         core: &Core,
@@ -419,6 +423,7 @@ fn encode_node(
     graph: &Graph,
     placement: &Placement,
     id: TensorId,
+    q8: Option<&mut matvec_q8::Compute>,
 ) -> Result<()> {
     let node = &graph.nodes()[id.index()];
     let Some(dst) = operand(core, graph, placement, id)? else {
@@ -672,6 +677,11 @@ fn encode_node(
             if cols <= MATVEC_MAX_COLS && a.layout.ne[0] < MATVEC_MIN_K {
                 call.params.iu[0] = a.layout.dtype.block_size() as u32;
                 return call.items(batch, core, "mul_mat", MATMUL_ELEM, n);
+            }
+            if let (Some(q8), Some(b_id)) = (q8, node.src(1))
+                && matvec_q8::takes(&a.layout, &b.layout)
+            {
+                return matvec_q8::encode(batch, core, q8, b_id, &dst, a, b);
             }
             let overflow = || Error::Overflow("MUL_MAT workgroups".into());
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;

@@ -27,6 +27,7 @@ mod errors;
 pub mod event;
 pub mod family;
 mod fuse;
+mod matvec_q8;
 mod matvec_rows;
 mod params;
 mod pipelines;

@@ -47,6 +47,8 @@ pub struct WgpuStream {
     abort: Mutex<Option<AbortCallback>>,
     /// Per-kind GPU time of the computes so far, while profiling.
     profile: Mutex<Option<OpTotals>>,
+    /// Quantized activations of the integer products (`matvec_q8`).
+    scratch: Mutex<crate::matvec_q8::Scratch>,
 }
 
 impl std::fmt::Debug for WgpuStream {
@@ -69,6 +71,7 @@ impl WgpuStream {
             core,
             abort: Mutex::new(None),
             profile: Mutex::new(None),
+            scratch: Mutex::default(),
         }
     }
 
@@ -206,6 +209,7 @@ impl Stream for WgpuStream {
     ) -> Result<()> {
         let abort = self.abort.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut profile = self.profile.lock().unwrap_or_else(|p| p.into_inner());
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         encode::compute(
             &self.core,
             graph,
@@ -213,6 +217,7 @@ impl Stream for WgpuStream {
             range,
             abort.as_ref(),
             profile.as_mut(),
+            &mut scratch,
         )?;
         Ok(())
     }

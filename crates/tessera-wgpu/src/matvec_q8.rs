@@ -1,0 +1,330 @@
+//! Few-column products of Q4_0 and Q8_0 weights by integer dot products
+//! (`shaders/quant_act.wgsl`, `shaders/matvec_q8.wgsl`), as ggml's GPU
+//! backends do them: the activations are quantized to signed bytes per 32
+//! values once (ggml's Q8_1), and each block of weights meets them in
+//! `dot4I8Packed` (four products a instruction, exact 32-bit sums), scaled
+//! once per block.
+//!
+//! Why: on an NVIDIA H100 the float kernels (`matvec_rows`) took about the
+//! same time for every weight type (85 us for 4096 x 14336, Q4_0's 33 MB as
+//! F16's 117 MB), where ggml's integer kernels take 23 us for Q4_0: the
+//! cost per value (dequantizing, float products, 16 bytes of activations
+//! per 4 values), not the weights, set the speed.
+//!
+//! **Off by default until measured on a GPU** (`TESSERA_WGPU_MV_Q8=1` turns
+//! it on): this machine had none when it was written; lavapipe runs it only
+//! for correctness.
+//!
+//! The quantized activations live in a scratch buffer of the stream
+//! ([`Scratch`]): one region per distinct src1 of a compute, so the
+//! products that share an input (Q, K and V; gate and up) quantize it once.
+//! Activations quantized to bytes are what the CPU's dot products use too
+//! (ggml's `vec_dot_type`); the error bound is one half step of each
+//! block's scale per value.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tessera::{DType, Graph, Layout, Op, Result, TensorId};
+
+use crate::batch::Batch;
+use crate::device::Core;
+use crate::encode::{Call, Operand};
+
+const QUANT_ACT: &str = include_str!("shaders/quant_act.wgsl");
+const MATVEC_Q8: [&str; 2] = [
+    concat!(
+        "const MQ_COLS: u32 = 1u;\n",
+        include_str!("shaders/matvec_q8.wgsl")
+    ),
+    concat!(
+        "const MQ_COLS: u32 = 8u;\n",
+        include_str!("shaders/matvec_q8.wgsl")
+    ),
+];
+
+/// Most columns the kernel takes.
+const MAX_COLS: usize = 8;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests turn the kernel on or off for their own thread.
+    static FORCE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Turn the kernel on or off on this thread (`None`: the environment's
+/// choice), for tests.
+#[cfg(test)]
+pub(crate) fn force(on: Option<bool>) {
+    FORCE.with(|f| f.set(on));
+}
+
+/// Whether the integer kernel is on (`TESSERA_WGPU_MV_Q8=1`).
+fn enabled() -> bool {
+    #[cfg(test)]
+    if let Some(on) = FORCE.with(std::cell::Cell::get) {
+        return on;
+    }
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TESSERA_WGPU_MV_Q8").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether the kernel takes `a` (weights) x `b` (activations): Q4_0 or
+/// Q8_0 rows of whole blocks, at most [`MAX_COLS`] F32 columns, one matrix
+/// each (no batches).
+pub(crate) fn takes(a: &Layout, b: &Layout) -> bool {
+    let k = a.ne[0];
+    matches!(a.dtype, DType::Q4_0 | DType::Q8_0)
+        && a.nb[0] == a.dtype.type_size()
+        && k.is_multiple_of(32)
+        && k > 0
+        && b.dtype == DType::F32
+        && b.nb[0] == 4
+        && b.ne[1] <= MAX_COLS
+        && a.ne[2] * a.ne[3] == 1
+        && b.ne[2] * b.ne[3] == 1
+}
+
+/// Bytes of one quantized src1 (`k` x `cols`): the bytes, then the pairs,
+/// each at a multiple of 16.
+fn region_bytes(k: usize, cols: usize) -> (usize, usize) {
+    let q = (k * cols).next_multiple_of(16);
+    let pairs = (k / 32 * cols * 8).next_multiple_of(16);
+    (q, q + pairs)
+}
+
+/// Scratch bytes the MUL_MAT nodes of `range` need (0: none takes the
+/// kernel, or it is off).
+pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usize {
+    if !enabled() {
+        return 0;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0usize;
+    for node in &graph.nodes()[range] {
+        let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+            continue;
+        };
+        if node.op != Op::MulMat || !seen.insert(b) {
+            continue;
+        }
+        if let (Ok(la), Ok(lb)) = (graph.layout(a), graph.layout(b))
+            && takes(&la, &lb)
+        {
+            total = total.saturating_add(region_bytes(lb.ne[0], lb.ne[1]).1);
+        }
+    }
+    total
+}
+
+/// A stream's scratch buffer for quantized activations, grown as needed
+/// (its bind groups are dropped with it).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    buffer: Option<(wgpu::Buffer, Arc<Core>)>,
+}
+
+impl Scratch {
+    /// A buffer of at least `bytes` bytes.
+    fn ensure(&mut self, core: &Arc<Core>, bytes: usize) -> Result<wgpu::Buffer> {
+        if let Some((b, _)) = &self.buffer
+            && b.size() >= bytes as u64
+        {
+            return Ok(b.clone());
+        }
+        self.release();
+        let size = bytes.next_power_of_two().max(1 << 16);
+        let b = core.scoped("allocating the activation scratch", size, || {
+            core.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tessera-q8-activations"),
+                size: size as u64,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        })?;
+        self.buffer = Some((b.clone(), core.clone()));
+        Ok(b)
+    }
+
+    fn release(&mut self) {
+        if let Some((b, core)) = self.buffer.take() {
+            core.binds.forget(&b);
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// One compute's use of the scratch: where each quantized src1 is.
+pub(crate) struct Compute {
+    buffer: wgpu::Buffer,
+    size: usize,
+    at: HashMap<TensorId, usize>,
+    next: usize,
+}
+
+impl Compute {
+    /// The state for a compute that needs `bytes` of `scratch` (`None` if
+    /// none).
+    pub(crate) fn new(
+        scratch: &mut Scratch,
+        core: &Arc<Core>,
+        bytes: usize,
+    ) -> Result<Option<Self>> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let buffer = scratch.ensure(core, bytes)?;
+        Ok(Some(Compute {
+            size: buffer.size() as usize,
+            buffer,
+            at: HashMap::new(),
+            next: 0,
+        }))
+    }
+
+    fn operand(&self) -> Result<Operand> {
+        Ok(Operand {
+            layout: Layout::contiguous(DType::I32, &[self.size / 4])?,
+            buffer: self.buffer.clone(),
+            offset: 0,
+        })
+    }
+}
+
+/// Record `dst = a^T b` (b = tensor `b_id`): b's quantization unless this
+/// compute already made it, then the product.
+pub(crate) fn encode(
+    batch: &mut Batch<'_>,
+    core: &Core,
+    state: &mut Compute,
+    b_id: TensorId,
+    dst: &Operand,
+    a: &Operand,
+    b: &Operand,
+) -> Result<()> {
+    let (k, cols) = (b.layout.ne[0], b.layout.ne[1]);
+    let (pairs_at, bytes) = region_bytes(k, cols);
+    let scratch = state.operand()?;
+    let base = match state.at.get(&b_id) {
+        Some(&base) => base,
+        None => {
+            let base = state.next;
+            if base.saturating_add(bytes) > state.size {
+                return Err(tessera::Error::device(
+                    &core.name,
+                    "the activation scratch is smaller than its plan",
+                ));
+            }
+            state.next += bytes;
+            let mut call = Call::new(&scratch, &[Some(b)])?;
+            call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, 0, 0];
+            call.items(batch, core, "quant_act", QUANT_ACT, k / 32 * cols)?;
+            state.at.insert(b_id, base);
+            base
+        }
+    };
+    let mut call = Call::new(dst, &[Some(a), Some(&scratch)])?;
+    call.bindings[2] = call.bindings[2].as_vec4();
+    call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, cols as u32, 0];
+    let groups = a.layout.ne[1].div_ceil(2);
+    let mut params = call.params.items(groups)?;
+    params.off2[2] = 0;
+    let body = MATVEC_Q8[usize::from(cols > 1)];
+    call.record(batch, core, "mul_mat_vec_q8", body, params, groups)
+}
+
+fn u32_of(v: usize) -> Result<u32> {
+    crate::params::u32_of(v, "a scratch offset")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
+
+    /// Q4_0 and Q8_0 weights (37 rows, k = 256 and 1,056) times 1, 3 and 8
+    /// columns, two products sharing their activations: each result within
+    /// the bound of quantizing the activations (half of each block's step
+    /// per value, times the weights' magnitudes) of the f64 product of the
+    /// dequantized weights; one quantization for both products.
+    #[test]
+    fn integer_products_are_within_the_activation_quantization_bound() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        super::force(Some(true));
+        let stream = dev.new_wgpu_stream().unwrap();
+        let mut seed = 7u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        };
+        for wt in [DType::Q4_0, DType::Q8_0] {
+            for (k, cols) in [(256, 1), (1056, 3), (256, 8)] {
+                let m = 37;
+                let mut g = Graph::new();
+                let w1 = g.input("w1", wt, &[k, m]).unwrap();
+                let w2 = g.input("w2", wt, &[k, m]).unwrap();
+                let x = g.input("x", DType::F32, &[k, cols]).unwrap();
+                let y1 = g.mul_mat(w1, x).unwrap();
+                let y2 = g.mul_mat(w2, x).unwrap();
+                g.set_output(y1).unwrap();
+                g.set_output(y2).unwrap();
+                let mut pl = Placement::new(&g);
+                let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev.as_ref()));
+                galloc.alloc_graph(&g, &mut pl).unwrap();
+                let mut ws = Vec::new();
+                for w in [w1, w2] {
+                    let f: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
+                    let mut q = vec![0u8; wt.row_size(k).unwrap() * m];
+                    tessera::quant::from_f32(wt, &f, &mut q).unwrap();
+                    let mut deq = vec![0f32; k * m];
+                    tessera::quant::to_f32(wt, &q, &mut deq).unwrap();
+                    pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+                    ws.push(deq);
+                }
+                // Some columns with a large value: coarse steps elsewhere.
+                let xs: Vec<f32> = (0..k * cols)
+                    .map(|i| if i % 97 == 5 { 40.0 } else { rnd() })
+                    .collect();
+                pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+                let before = crate::batch::counts::now().0;
+                stream.compute(&g, &pl).unwrap();
+                let dispatches = crate::batch::counts::now().0 - before;
+                assert_eq!(dispatches, 3, "{wt}: one quantization, two products");
+                for (w, y) in ws.iter().zip([y1, y2]) {
+                    let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
+                    for c in 0..cols {
+                        let xc = &xs[c * k..(c + 1) * k];
+                        for r in 0..m {
+                            let wr = &w[r * k..(r + 1) * k];
+                            let mut want = 0f64;
+                            let mut bound = 0f64;
+                            for (wb, xb) in wr.chunks(32).zip(xc.chunks(32)) {
+                                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                                let step = f64::from(amax) / 127.0;
+                                for (&wv, &xv) in wb.iter().zip(xb) {
+                                    want += f64::from(wv) * f64::from(xv);
+                                    bound += f64::from(wv).abs() * (0.5 * step * 1.0001);
+                                }
+                            }
+                            let v = f64::from(got[c * m + r]);
+                            assert!(
+                                (v - want).abs() <= bound + 1e-4 * want.abs().max(1.0),
+                                "{wt} k={k} column {c} row {r}: {v} vs {want} (bound {bound})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        super::force(None);
+    }
+}
