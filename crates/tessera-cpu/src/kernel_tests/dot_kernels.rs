@@ -264,16 +264,20 @@ fn tiles_ignore_extra_bytes_and_pair_blocks_from_the_start() {
     }
 }
 
-/// The many-row products (`dot::gemv_fn`): every weight type with one, row
+/// The many-row products (`dot::gemv_fn`, AVX2 and, where the CPU has it,
+/// AVX-512): every weight type with one, row
 /// counts around the group size, rows padded apart (a stride larger than a
 /// row), against the f64 reference; rows that do not fit in the slice given
 /// are left untouched.
 #[test]
 fn gemv_matches_the_reference_and_stays_in_its_slice() {
     let mut rng = Rng(23);
-    for f32_act in [false, true] {
+    let isas = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.available());
+    for (isa, f32_act) in isas.flat_map(|i| [(i, false), (i, true)]) {
         for t in TYPES {
-            let Some(gemv) = gemv_fn(t, Isa::Avx2, f32_act) else {
+            let Some(gemv) = gemv_fn(t, isa, f32_act) else {
                 continue;
             };
             let yt = if f32_act {
@@ -304,7 +308,7 @@ fn gemv_matches_the_reference_and_stays_in_its_slice() {
                     let got = f64::from(out[r]);
                     assert!(
                         (got - want).abs() <= 1e-5 * mag + 1e-30,
-                        "{t} x {yt} n={n} row {r}/{rows}: {got} vs {want}"
+                        "{isa:?} {t} x {yt} n={n} row {r}/{rows}: {got} vs {want}"
                     );
                 }
                 assert!(out[rows].is_nan(), "{t}: wrote past the rows asked for");
