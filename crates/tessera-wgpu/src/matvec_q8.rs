@@ -1,4 +1,4 @@
-//! Few-column products of Q4_0 and Q8_0 weights by integer dot products
+//! Few-column products of quantized weights by integer dot products
 //! (`shaders/quant_act.wgsl`, `shaders/matvec_q8.wgsl`), as ggml's GPU
 //! backends do them: the activations are quantized to signed bytes per 32
 //! values once (ggml's Q8_1), and each block of weights meets them in
@@ -35,10 +35,12 @@ const QUANT_ACT: &str = include_str!("shaders/quant_act.wgsl");
 const MATVEC_Q8: [&str; 2] = [
     concat!(
         "const MQ_COLS: u32 = 1u;\n",
+        include_str!("shaders/matmul_common.wgsl"),
         include_str!("shaders/matvec_q8.wgsl")
     ),
     concat!(
         "const MQ_COLS: u32 = 8u;\n",
+        include_str!("shaders/matmul_common.wgsl"),
         include_str!("shaders/matvec_q8.wgsl")
     ),
 ];
@@ -69,14 +71,22 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TESSERA_WGPU_MV_Q8").is_ok_and(|v| v.trim() == "1"))
 }
 
-/// Whether the kernel takes `a` (weights) x `b` (activations): Q4_0 or
-/// Q8_0 rows of whole blocks, at most [`MAX_COLS`] F32 columns, one matrix
-/// each (no batches).
+/// Whether the kernel takes `a` (weights) x `b` (activations): rows of
+/// whole blocks of a type it decodes, at most [`MAX_COLS`] F32 columns, one
+/// matrix each (no batches).
 pub(crate) fn takes(a: &Layout, b: &Layout) -> bool {
     let k = a.ne[0];
-    matches!(a.dtype, DType::Q4_0 | DType::Q8_0)
-        && a.nb[0] == a.dtype.type_size()
-        && k.is_multiple_of(32)
+    matches!(
+        a.dtype,
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q6K
+    ) && a.nb[0] == a.dtype.type_size()
+        && k.is_multiple_of(a.dtype.block_size())
         && k > 0
         && b.dtype == DType::F32
         && b.nb[0] == 4
@@ -247,8 +257,8 @@ fn u32_of(v: usize) -> Result<u32> {
 mod tests {
     use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
 
-    /// Q4_0 and Q8_0 weights (37 rows, k = 256 and 1,056) times 1, 3 and 8
-    /// columns, two products sharing their activations: each result within
+    /// Every weight type the kernel takes (37 rows, k = 256 and 1,280)
+    /// times 1, 3 and 8 columns, two products sharing their activations: each result within
     /// the bound of quantizing the activations (half of each block's step
     /// per value, times the weights' magnitudes) of the f64 product of the
     /// dequantized weights; one quantization for both products.
@@ -266,8 +276,16 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
         };
-        for wt in [DType::Q4_0, DType::Q8_0] {
-            for (k, cols) in [(256, 1), (1056, 3), (256, 8)] {
+        for wt in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
                 let m = 37;
                 let mut g = Graph::new();
                 let w1 = g.input("w1", wt, &[k, m]).unwrap();
