@@ -383,7 +383,7 @@ pub(crate) mod counts {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
 
-    use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
+    use tessera::{DType, Graph, Stream};
 
     /// A compute of more dispatches than one part, each reading the one
     /// before: submitted in parts, every part with its own parameter
@@ -408,9 +408,7 @@ mod tests {
             };
         }
         g.set_output(t).unwrap();
-        let mut pl = Placement::new(&g);
-        let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev.as_ref()));
-        galloc.alloc_graph(&g, &mut pl).unwrap();
+        let (pl, _galloc) = crate::test_placement(&dev, &g);
         let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
         let y: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
         let z: Vec<f32> = (0..n).map(|i| 0.99 - (i % 7) as f32 * 0.002).collect();

@@ -142,7 +142,7 @@ impl Cache {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
+    use tessera::{DType, Graph, Stream};
 
     use crate::WgpuBuffer;
 
@@ -162,9 +162,7 @@ mod tests {
         let p = g.mul(s, b).unwrap();
         let q = g.sub(p, a).unwrap();
         g.set_output(q).unwrap();
-        let mut pl = Placement::new(&g);
-        let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev.as_ref()));
-        galloc.alloc_graph(&g, &mut pl).unwrap();
+        let (pl, galloc) = crate::test_placement(&dev, &g);
         let raw = pl
             .tensor(&g, q)
             .unwrap()

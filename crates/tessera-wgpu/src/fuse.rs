@@ -109,7 +109,7 @@ pub(crate) fn encode_norm_mul(
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use tessera::{DType, Graph, GraphAllocator, Placement, Stream, TensorId};
+    use tessera::{DType, Graph, Stream, TensorId};
 
     use crate::WgpuDevice;
 
@@ -140,9 +140,7 @@ mod tests {
             g.set_output(z).unwrap();
         }
         let stream = dev.new_wgpu_stream().unwrap();
-        let mut pl = Placement::new(&g);
-        let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev));
-        galloc.alloc_graph(&g, &mut pl).unwrap();
+        let (pl, _galloc) = crate::test_placement(dev, &g);
         pl.tensor(&g, xi).unwrap().write_f32(x).unwrap();
         pl.tensor(&g, wi).unwrap().write_f32(w).unwrap();
         let before = crate::batch::counts::now().0;

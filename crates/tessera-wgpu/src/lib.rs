@@ -68,6 +68,20 @@ pub(crate) fn test_device() -> Option<Arc<WgpuDevice>> {
     d
 }
 
+/// `g` placed in `dev`'s memory, for unit tests (the allocator owns the
+/// buffers: keep it while the placement is used).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn test_placement(
+    dev: &WgpuDevice,
+    g: &tessera::Graph,
+) -> (tessera::Placement, tessera::GraphAllocator) {
+    let mut pl = tessera::Placement::new(g);
+    let mut galloc = tessera::GraphAllocator::new(tessera::Device::buffer_type(dev));
+    galloc.alloc_graph(g, &mut pl).unwrap();
+    (pl, galloc)
+}
+
 /// Add the process-wide [`family`] to [`tessera::Registry::global`].
 /// Calling it again does nothing.
 pub fn register() {

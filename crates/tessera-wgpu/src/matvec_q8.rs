@@ -255,7 +255,7 @@ fn u32_of(v: usize) -> Result<u32> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use tessera::{DType, Graph, GraphAllocator, Placement, Stream};
+    use tessera::{DType, Graph, Stream};
 
     /// Every weight type the kernel takes (37 rows, k = 256 and 1,280)
     /// times 1, 3 and 8 columns, two products sharing their activations: each result within
@@ -295,9 +295,7 @@ mod tests {
                 let y2 = g.mul_mat(w2, x).unwrap();
                 g.set_output(y1).unwrap();
                 g.set_output(y2).unwrap();
-                let mut pl = Placement::new(&g);
-                let mut galloc = GraphAllocator::new(tessera::Device::buffer_type(dev.as_ref()));
-                galloc.alloc_graph(&g, &mut pl).unwrap();
+                let (pl, _galloc) = crate::test_placement(&dev, &g);
                 let mut ws = Vec::new();
                 for w in [w1, w2] {
                     let f: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
