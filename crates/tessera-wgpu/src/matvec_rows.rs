@@ -21,7 +21,8 @@ pub(crate) struct Variant {
     many: bool,
     lanes: u32,
     rows: u32,
-    /// 16-byte loads of the weights (F32) and of the activations.
+    /// 16-byte loads of the weights (F32; F16 and BF16 rows at multiples
+    /// of 16 bytes) and of the activations.
     pub(crate) a4: bool,
     pub(crate) y4: bool,
     /// Every word of the weights' rows at a multiple of 4 bytes (one load
@@ -122,7 +123,12 @@ pub(crate) fn variant(
         many: cols > 1,
         lanes,
         rows,
-        a4: a4 && a.dtype == DType::F32,
+        // F32 rows are 16-byte aligned (a_ok); F16/BF16 rows where they are.
+        a4: a4
+            && (a.dtype == DType::F32
+                || (matches!(a.dtype, DType::F16 | DType::BF16)
+                    && a16(a_off)
+                    && a.nb[1..].iter().all(|&s| a16(s)))),
         y4,
         w4,
     })

@@ -112,6 +112,15 @@ fn mv_kv4(q: vec4<u32>) -> vec4<f32> {
     return vec4<f32>((vec4<i32>(byte << vec4<u32>(24u))) >> vec4<u32>(24u));
 }
 
+// Four F16 or BF16 values (two words) as f32.
+fn mv_half4(x: vec2<u32>) -> vec4<f32> {
+    if (s0_T == T_F16) {
+        return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y));
+    }
+    return vec4<f32>(bitcast<f32>(x.x << 16u), bitcast<f32>(x.x & 0xffff0000u),
+        bitcast<f32>(x.y << 16u), bitcast<f32>(x.y & 0xffff0000u));
+}
+
 // The 16 weights of unit u of the row at byte `a`, run by run (mv_pos).
 fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
     var w: array<vec4<f32>, 4>;
@@ -121,17 +130,24 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
             w[v] = bitcast<vec4<f32>>(s0_v4(p + 16u * v));
         }
     } else if (s0_T == T_F16 || s0_T == T_BF16) {
+        // The unit's 32 bytes: two 16-byte loads where the binding is one of
+        // vectors (the host's choice for rows at multiples of 16 bytes),
+        // else word by word.
         let p = a + 32u * u;
-        for (var v = 0u; v < 4u; v = v + 1u) {
-            let lo = mv_word(p + 8u * v);
-            let hi = mv_word(p + 8u * v + 4u);
-            if (s0_T == T_F16) {
-                w[v] = vec4<f32>(unpack2x16float(lo), unpack2x16float(hi));
-            } else {
-                w[v] = vec4<f32>(bitcast<f32>(lo << 16u), bitcast<f32>(lo & 0xffff0000u),
-                    bitcast<f32>(hi << 16u), bitcast<f32>(hi & 0xffff0000u));
-            }
+        var v0: vec4<u32>;
+        var v1: vec4<u32>;
+        if (MV_W4) {
+            v0 = s0_v4(p);
+            v1 = s0_v4(p + 16u);
+        } else {
+            v0 = vec4<u32>(mv_word(p), mv_word(p + 4u), mv_word(p + 8u), mv_word(p + 12u));
+            v1 = vec4<u32>(mv_word(p + 16u), mv_word(p + 20u), mv_word(p + 24u),
+                mv_word(p + 28u));
         }
+        w[0] = mv_half4(v0.xy);
+        w[1] = mv_half4(v0.zw);
+        w[2] = mv_half4(v1.xy);
+        w[3] = mv_half4(v1.zw);
     } else if (s0_T == T_Q4_0 || s0_T == T_Q4_1 || s0_T == T_Q5_0 || s0_T == T_Q5_1
         || s0_T == T_IQ4_NL) {
         let blk = a + (u >> 1u) * P.nb_0.x;
