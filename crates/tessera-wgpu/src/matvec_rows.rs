@@ -134,7 +134,8 @@ pub(crate) fn variant(
     })
 }
 
-/// Whether F32 weights and the activations are read as 16-byte vectors
+/// Whether F32 weights (and F16/BF16 rows at multiples of 16 bytes) and
+/// the activations are read as 16-byte vectors
 /// (the default), or only the activations (`TESSERA_WGPU_MV_V4=y`), or
 /// neither (`none`), for measuring one against another.
 fn vector_loads() -> (bool, bool) {
