@@ -106,8 +106,14 @@ impl Tensor {
     pub fn read_f32(&self) -> Result<Vec<f32>> {
         let n = self.layout.checked_nelements()?;
         self.ensure_contiguous_len(n)?;
-        let bytes = self.to_bytes()?;
         let mut out = try_filled_vec(n, 0f32, "reading a tensor as f32")?;
+        if self.layout.dtype == DType::F32 {
+            // Straight into the result (a decoding step's logits: 1 MB for
+            // a 262,144-token vocabulary, every token).
+            self.read(0, bytemuck::cast_slice_mut(&mut out))?;
+            return Ok(out);
+        }
+        let bytes = self.to_bytes()?;
         let row = self.layout.ne[0];
         let row_bytes = self.layout.row_bytes();
         if row > 0 {
