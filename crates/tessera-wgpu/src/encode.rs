@@ -146,8 +146,9 @@ pub(crate) struct Operand {
     pub(crate) offset: usize,
 }
 
-/// Record the op nodes of `range` into one submission; returns its index
-/// (`None` when nothing needed computing). With `profile`, the dispatches
+/// Record the op nodes of `range` and submit them, in parts
+/// ([`part_size`]); returns the last submission's index (`None` when
+/// nothing needed computing). With `profile`, the dispatches
 /// are timed and, once the submission has completed, added to it per kind
 /// of node (this waits for the GPU).
 pub(crate) fn compute(

@@ -115,12 +115,15 @@ pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usi
         let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
             continue;
         };
-        if node.op != Op::MulMat || !seen.insert(b) {
+        if node.op != Op::MulMat || seen.contains(&b) {
             continue;
         }
+        // One region per input that some product taken here reads (an input
+        // also read by products of other types counts once it is taken).
         if let (Ok(la), Ok(lb)) = (graph.layout(a), graph.layout(b))
             && takes(&la, &lb)
         {
+            seen.insert(b);
             total = total.saturating_add(region_bytes(lb.ne[0], lb.ne[1]).1);
         }
     }
@@ -143,7 +146,13 @@ impl Scratch {
             return Ok(b.clone());
         }
         self.release();
-        let size = bytes.next_power_of_two().max(1 << 16);
+        // Room to grow, within what one binding can hold (the caller
+        // checked `bytes` against it).
+        let size = bytes
+            .next_power_of_two()
+            .max(1 << 16)
+            .min(core.max_buffer)
+            .max(bytes);
         let b = core.scoped("allocating the activation scratch", size, || {
             core.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("tessera-q8-activations"),
@@ -179,13 +188,13 @@ pub(crate) struct Compute {
 
 impl Compute {
     /// The state for a compute that needs `bytes` of `scratch` (`None` if
-    /// none).
+    /// none, or more than one binding can hold: the float kernels then).
     pub(crate) fn new(
         scratch: &mut Scratch,
         core: &Arc<Core>,
         bytes: usize,
     ) -> Result<Option<Self>> {
-        if bytes == 0 {
+        if bytes == 0 || bytes > core.max_buffer {
             return Ok(None);
         }
         let buffer = scratch.ensure(core, bytes)?;
@@ -317,30 +326,91 @@ mod tests {
                 assert_eq!(dispatches, 3, "{wt}: one quantization, two products");
                 for (w, y) in ws.iter().zip([y1, y2]) {
                     let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
-                    for c in 0..cols {
-                        let xc = &xs[c * k..(c + 1) * k];
-                        for r in 0..m {
-                            let wr = &w[r * k..(r + 1) * k];
-                            let mut want = 0f64;
-                            let mut bound = 0f64;
-                            for (wb, xb) in wr.chunks(32).zip(xc.chunks(32)) {
-                                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-                                let step = f64::from(amax) / 127.0;
-                                for (&wv, &xv) in wb.iter().zip(xb) {
-                                    want += f64::from(wv) * f64::from(xv);
-                                    bound += f64::from(wv).abs() * (0.5 * step * 1.0001);
-                                }
-                            }
-                            let v = f64::from(got[c * m + r]);
-                            assert!(
-                                (v - want).abs() <= bound + 1e-4 * want.abs().max(1.0),
-                                "{wt} k={k} column {c} row {r}: {v} vs {want} (bound {bound})"
-                            );
-                        }
-                    }
+                    within_bound(w, &xs, &got, (k, m, cols), &format!("{wt}"));
                 }
             }
         }
+        super::force(None);
+    }
+
+    /// `got` (m x cols) against the f64 product of `w` (m rows of k) and
+    /// `xs` (cols columns of k), within the bound of quantizing the
+    /// activations: half a step of each 32 values' scale per value, times
+    /// the weights' magnitudes.
+    fn within_bound(
+        w: &[f32],
+        xs: &[f32],
+        got: &[f32],
+        (k, m, cols): (usize, usize, usize),
+        what: &str,
+    ) {
+        for c in 0..cols {
+            let xc = &xs[c * k..(c + 1) * k];
+            for r in 0..m {
+                let wr = &w[r * k..(r + 1) * k];
+                let mut want = 0f64;
+                let mut bound = 0f64;
+                for (wb, xb) in wr.chunks(32).zip(xc.chunks(32)) {
+                    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                    let step = f64::from(amax) / 127.0;
+                    for (&wv, &xv) in wb.iter().zip(xb) {
+                        want += f64::from(wv) * f64::from(xv);
+                        bound += f64::from(wv).abs() * (0.5 * step * 1.0001);
+                    }
+                }
+                let v = f64::from(got[c * m + r]);
+                assert!(
+                    (v - want).abs() <= bound + 1e-4 * want.abs().max(1.0),
+                    "{what} k={k} column {c} row {r}: {v} vs {want} (bound {bound})"
+                );
+            }
+        }
+    }
+
+    /// An input first read by a product the kernel does not take (F16
+    /// weights) and then by one it takes (Q8_0): the second still gets its
+    /// quantized activations (a plan that counted inputs by their first
+    /// reader missed it).
+    #[test]
+    fn an_input_first_read_by_another_weight_type_is_still_planned() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        super::force(Some(true));
+        let stream = dev.new_wgpu_stream().unwrap();
+        let (k, m) = (512, 24);
+        let mut g = Graph::new();
+        let wf = g.input("wf", DType::F16, &[k, m]).unwrap();
+        let wq = g.input("wq", DType::Q8_0, &[k, m]).unwrap();
+        let x = g.input("x", DType::F32, &[k, 1]).unwrap();
+        let yf = g.mul_mat(wf, x).unwrap();
+        let yq = g.mul_mat(wq, x).unwrap();
+        g.set_output(yf).unwrap();
+        g.set_output(yq).unwrap();
+        let (pl, _galloc) = crate::test_placement(&dev, &g);
+        let f: Vec<f32> = (0..k * m)
+            .map(|i| ((i * 7919) % 211) as f32 / 105.0 - 1.0)
+            .collect();
+        let xs: Vec<f32> = (0..k).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+        let mut deq = vec![0f32; k * m];
+        for (w, t) in [(wf, DType::F16), (wq, DType::Q8_0)] {
+            let mut q = vec![0u8; t.row_size(k).unwrap() * m];
+            tessera::quant::from_f32(t, &f, &mut q).unwrap();
+            pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+            if t == DType::Q8_0 {
+                tessera::quant::to_f32(t, &q, &mut deq).unwrap();
+            }
+        }
+        pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+        let before = crate::batch::counts::now().0;
+        stream.compute(&g, &pl).unwrap();
+        let dispatches = crate::batch::counts::now().0 - before;
+        assert_eq!(
+            dispatches, 3,
+            "the F16 product, the quantization, the Q8_0 product"
+        );
+        let got = pl.tensor(&g, yq).unwrap().read_f32().unwrap();
+        within_bound(&deq, &xs, &got, (k, m, 1), "q8_0 after f16");
         super::force(None);
     }
 }

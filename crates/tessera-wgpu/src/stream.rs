@@ -16,8 +16,8 @@
 //!    everything the source stream submitted (same queue). From another
 //!    device's memory it synchronizes the source stream, reads the bytes and
 //!    queues a write (the destination stream does not wait);
-//! 4. `compute_async` encodes the whole range into one command buffer and
-//!    submits it (see `encode`);
+//! 4. `compute_async` encodes the range and submits it in parts, the GPU
+//!    starting on the first while the rest is recorded (see `encode`);
 //! 5. events are submission indices ([`WgpuEvent`]); waiting on an event of
 //!    the same device costs nothing, the queue is already ordered;
 //! 6. `synchronize` flushes queued writes and waits for the queue, returning
