@@ -207,6 +207,10 @@ pub(crate) fn compute(
                 .map_err(|e| annotate(e, graph, id))?
                 .then_some(mul);
         }
+        if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
+            // This node writes into another tensor's memory.
+            q8.written(root);
+        }
         if fused.is_none() {
             label(&mut batch, "");
             encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
@@ -682,7 +686,8 @@ fn encode_node(
             if let (Some(q8), Some(b_id)) = (q8, node.src(1))
                 && matvec_q8::takes(&a.layout, &b.layout)
             {
-                return matvec_q8::encode(batch, core, q8, b_id, &dst, a, b);
+                let (root, _) = graph.memory_root(b_id)?;
+                return matvec_q8::encode(batch, core, q8, (b_id, root), &dst, a, b);
             }
             let overflow = || Error::Overflow("MUL_MAT workgroups".into());
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;

@@ -178,11 +178,12 @@ impl Drop for Scratch {
     }
 }
 
-/// One compute's use of the scratch: where each quantized src1 is.
+/// One compute's use of the scratch: where each quantized src1 is (and the
+/// root of its memory).
 pub(crate) struct Compute {
     buffer: wgpu::Buffer,
     size: usize,
-    at: HashMap<TensorId, usize>,
+    at: HashMap<TensorId, (usize, TensorId)>,
     next: usize,
 }
 
@@ -206,6 +207,13 @@ impl Compute {
         }))
     }
 
+    /// A node writes into the memory of `root` (a view's write, e.g.
+    /// SET_ROWS or CPY into part of a tensor): quantizations read from it
+    /// are stale; a later product quantizes again.
+    pub(crate) fn written(&mut self, root: TensorId) {
+        self.at.retain(|_, (_, r)| *r != root);
+    }
+
     fn operand(&self) -> Result<Operand> {
         Ok(Operand {
             layout: Layout::contiguous(DType::I32, &[self.size / 4])?,
@@ -215,13 +223,13 @@ impl Compute {
     }
 }
 
-/// Record `dst = a^T b` (b = tensor `b_id`): b's quantization unless this
-/// compute already made it, then the product.
+/// Record `dst = a^T b` (b = tensor `b_id`, its memory `b_root`'s): b's
+/// quantization unless this compute already made it, then the product.
 pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Core,
     state: &mut Compute,
-    b_id: TensorId,
+    (b_id, b_root): (TensorId, TensorId),
     dst: &Operand,
     a: &Operand,
     b: &Operand,
@@ -230,7 +238,7 @@ pub(crate) fn encode(
     let (pairs_at, bytes) = region_bytes(k, cols);
     let scratch = state.operand()?;
     let base = match state.at.get(&b_id) {
-        Some(&base) => base,
+        Some(&(base, _)) => base,
         None => {
             let base = state.next;
             if base.saturating_add(bytes) > state.size {
@@ -243,7 +251,7 @@ pub(crate) fn encode(
             let mut call = Call::new(&scratch, &[Some(b)])?;
             call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, 0, 0];
             call.items(batch, core, "quant_act", QUANT_ACT, k / 32 * cols)?;
-            state.at.insert(b_id, base);
+            state.at.insert(b_id, (base, b_root));
             base
         }
     };
@@ -365,6 +373,48 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A CPY into the input's memory between two products that read it:
+    /// the second quantizes the new values again (a quantization kept by
+    /// tensor id alone would give it the old ones).
+    #[test]
+    fn a_write_into_the_input_between_two_products_is_seen() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        super::force(Some(true));
+        let stream = dev.new_wgpu_stream().unwrap();
+        let (k, m) = (256, 16);
+        let mut g = Graph::new();
+        let w = g.input("w", DType::Q8_0, &[k, m]).unwrap();
+        let x = g.input("x", DType::F32, &[k, 1]).unwrap();
+        let z = g.input("z", DType::F32, &[k, 1]).unwrap();
+        let y1 = g.mul_mat(w, x).unwrap();
+        let c = g.cpy(z, x).unwrap();
+        let y2 = g.mul_mat(w, x).unwrap();
+        for t in [y1, c, y2] {
+            g.set_output(t).unwrap();
+        }
+        let (pl, _galloc) = crate::test_placement(&dev, &g);
+        let f: Vec<f32> = (0..k * m)
+            .map(|i| ((i * 7919) % 211) as f32 / 105.0 - 1.0)
+            .collect();
+        let mut q = vec![0u8; DType::Q8_0.row_size(k).unwrap() * m];
+        tessera::quant::from_f32(DType::Q8_0, &f, &mut q).unwrap();
+        let mut deq = vec![0f32; k * m];
+        tessera::quant::to_f32(DType::Q8_0, &q, &mut deq).unwrap();
+        pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+        let xs: Vec<f32> = (0..k).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+        let zs: Vec<f32> = (0..k).map(|i| 2.0 - ((i * 13) % 23) as f32 / 5.0).collect();
+        pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+        pl.tensor(&g, z).unwrap().write_f32(&zs).unwrap();
+        stream.compute(&g, &pl).unwrap();
+        let got1 = pl.tensor(&g, y1).unwrap().read_f32().unwrap();
+        let got2 = pl.tensor(&g, y2).unwrap().read_f32().unwrap();
+        within_bound(&deq, &xs, &got1, (k, m, 1), "before the copy");
+        within_bound(&deq, &zs, &got2, (k, m, 1), "after the copy");
+        super::force(None);
     }
 
     /// An input first read by a product the kernel does not take (F16
