@@ -420,7 +420,7 @@ mod tests {
         let parts = super::counts::now().1 - before;
         let got = pl.tensor(&g, t).unwrap().read_f32().unwrap();
         let want_parts =
-            1 + (steps - crate::encode::part_size(0)).div_ceil(crate::encode::part_size(1));
+            1 + (steps - crate::compute::part_size(0)).div_ceil(crate::compute::part_size(1));
         assert!(
             parts >= want_parts as u64,
             "{steps} dispatches in {parts} submissions"

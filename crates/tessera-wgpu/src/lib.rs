@@ -9,7 +9,9 @@
 //!   [`WgpuEvent`]: queue submission indices;
 //! - private: `errors` (every wgpu error becomes a [`tessera::Error`]),
 //!   `staging` (byte-exact transfers), `batch`, `pipelines` (cached kernels),
-//!   `wgsl` (typed accessors), `params`, `encode` (node to kernel) and
+//!   `wgsl` (typed accessors), `params`, `compute` (a graph range, in
+//!   parts), `encode` (node to kernel), `fuse` (two nodes as one dispatch),
+//!   `matvec_rows` / `matvec_q8` (few-column products) and
 //!   `shaders/*.wgsl`;
 //! - [`support`]: the exact `supports_op` oracle.
 //!
@@ -21,6 +23,7 @@ pub mod adapter;
 mod batch;
 mod binds;
 pub mod buffer;
+mod compute;
 pub mod device;
 mod encode;
 mod errors;

@@ -17,7 +17,7 @@
 //!    device's memory it synchronizes the source stream, reads the bytes and
 //!    queues a write (the destination stream does not wait);
 //! 4. `compute_async` encodes the range and submits it in parts, the GPU
-//!    starting on the first while the rest is recorded (see `encode`);
+//!    starting on the first while the rest is recorded (see `compute`);
 //! 5. events are submission indices ([`WgpuEvent`]); waiting on an event of
 //!    the same device costs nothing, the queue is already ordered;
 //! 6. `synchronize` flushes queued writes and waits for the queue, returning
@@ -38,7 +38,7 @@ use crate::batch::Batch;
 use crate::buffer::WgpuBuffer;
 use crate::device::{Core, WgpuDevice};
 use crate::event::WgpuEvent;
-use crate::{encode, staging};
+use crate::staging;
 
 /// An execution queue on a wgpu device.
 pub struct WgpuStream {
@@ -61,7 +61,7 @@ impl std::fmt::Debug for WgpuStream {
 
 /// The entry of [`WgpuStream::take_profile`] that holds the host's time
 /// (checking, encoding and submitting each compute), not GPU time.
-pub const HOST_PROFILE_LABEL: &str = crate::encode::HOST_LABEL;
+pub const HOST_PROFILE_LABEL: &str = crate::compute::HOST_LABEL;
 
 impl WgpuStream {
     pub(crate) fn new(device: Arc<WgpuDevice>) -> Self {
@@ -210,7 +210,7 @@ impl Stream for WgpuStream {
         let abort = self.abort.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut profile = self.profile.lock().unwrap_or_else(|p| p.into_inner());
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        encode::compute(
+        crate::compute::compute(
             &self.core,
             graph,
             placement,
