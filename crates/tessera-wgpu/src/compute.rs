@@ -54,12 +54,15 @@ pub(crate) fn compute(
     let counts = graph.use_counts();
     let mut q8 =
         matvec_q8::Compute::new(scratch, core, matvec_q8::scratch_bytes(graph, start..end))?;
-    // A MUL already recorded with the RMS_NORM before it (crate::fuse).
-    let mut fused = None;
+    // Nodes already recorded with a node before them (crate::fuse).
+    let mut fused: [Option<TensorId>; 2] = [None; 2];
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
-        if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer || fused == Some(id) {
+        if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
+            continue;
+        }
+        if fused.contains(&Some(id)) {
             continue;
         }
         let label = |batch: &mut Batch<'_>, suffix: &str| {
@@ -70,18 +73,26 @@ pub(crate) fn compute(
                 batch.set_label(label + suffix);
             }
         };
-        fused = None;
-        if let Some((mul, w)) = fuse::norm_mul(graph, &counts, id, end) {
+        fused = [None; 2];
+        if let Some((norm, mul, w)) = fuse::add_norm_mul(graph, &counts, id, end) {
+            label(&mut batch, "+RMS_NORM+MUL");
+            let done =
+                fuse::encode_add_norm_mul(&mut batch, core, graph, placement, id, norm, mul, w)
+                    .map_err(|e| annotate(e, graph, id))?;
+            if done {
+                fused = [Some(norm), Some(mul)];
+            }
+        } else if let Some((mul, w)) = fuse::norm_mul(graph, &counts, id, end) {
             label(&mut batch, "+MUL");
-            fused = fuse::encode_norm_mul(&mut batch, core, graph, placement, id, mul, w)
-                .map_err(|e| annotate(e, graph, id))?
-                .then_some(mul);
+            let done = fuse::encode_norm_mul(&mut batch, core, graph, placement, id, mul, w)
+                .map_err(|e| annotate(e, graph, id))?;
+            fused[0] = done.then_some(mul);
         }
         if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
             // This node writes into another tensor's memory.
             q8.written(root);
         }
-        if fused.is_none() {
+        if fused == [None; 2] {
             label(&mut batch, "");
             encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
                 .map_err(|e| annotate(e, graph, id))?;

@@ -188,7 +188,7 @@ pub(crate) fn operand(
 /// A dispatch being assembled: bindings, buffers and parameter block.
 pub(crate) struct Call {
     pub(crate) bindings: Vec<Binding>,
-    buffers: Vec<wgpu::Buffer>,
+    pub(crate) buffers: Vec<wgpu::Buffer>,
     pub(crate) params: Params,
 }
 
@@ -618,7 +618,14 @@ pub(crate) fn encode_node(
 /// Record a one-workgroup-per-row kernel over the rows of `a`. Every
 /// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
 /// unused ones bound to a placeholder): the shader names all three.
-pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
+pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layout) -> Result<()> {
+    // The kernel names four sources (s3: the sum that ADD + RMS_NORM + MUL
+    // stores); absent ones bind the destination's buffer, unused.
+    while call.bindings.len() < 5 {
+        let k = call.bindings.len() - 1;
+        call.bindings.push(Binding::plain(SRC_NAMES[k], DType::F32));
+        call.buffers.push(call.buffers[0].clone());
+    }
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())
 }

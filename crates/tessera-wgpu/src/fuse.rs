@@ -1,4 +1,4 @@
-//! Pairs of graph nodes the encoder records as one dispatch.
+//! Runs of graph nodes the encoder records as one dispatch.
 //!
 //! Why: a decoding step is hundreds of small dispatches, and on a real GPU
 //! each costs host time (wgpu's recording, the driver) and a barrier. Every
@@ -22,7 +22,8 @@ use tessera::{DType, Flags, Graph, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
 use crate::device::Core;
-use crate::encode::{Call, operand, rows};
+use crate::encode::{Call, Operand, operand, rows};
+use crate::wgsl::Binding;
 
 /// The MUL that RMS_NORM node `id` can be fused with, and the MUL's other
 /// operand (the weights): see the module docs for the conditions. `counts`
@@ -86,23 +87,128 @@ pub(crate) fn encode_norm_mul(
     ) else {
         return Ok(false);
     };
-    if dst.buffer == x.buffer {
-        let span = |o: &crate::encode::Operand| {
-            o.layout
-                .checked_nbytes()
-                .map(|n| o.offset..o.offset.saturating_add(n))
-        };
-        let (a, b) = (span(&dst)?, span(&x)?);
-        let overlap = a.start < b.end && b.start < a.end;
-        let in_place = dst.offset == x.offset && dst.layout.nb == x.layout.nb;
-        if overlap && !in_place {
-            return Ok(false);
-        }
+    if !disjoint_or_in_place(&dst, &x)? {
+        return Ok(false);
     }
     let mut call = Call::new(&dst, &[Some(&x), Some(&w), None])?;
     call.params.iu[0] = 6;
     call.params.fp[0] = eps;
     rows(batch, core, call, &x.layout)?;
+    Ok(true)
+}
+
+/// For ADD node `id` (same-shape F32 operands): the RMS_NORM that reads its
+/// result next and that norm's MUL (by weights `w`), where the three can
+/// be one dispatch: the norm and its MUL as [`norm_mul`] asks, nothing
+/// computed between the ADD and the norm, and the weights ready when the
+/// ADD runs. The ADD's result is written as usual (the residual stream has
+/// other readers). Returns (norm, mul, w).
+pub(crate) fn add_norm_mul(
+    graph: &Graph,
+    counts: &[u32],
+    id: TensorId,
+    end: usize,
+) -> Option<(TensorId, TensorId, TensorId)> {
+    let nodes = graph.nodes();
+    let add = nodes.get(id.index())?;
+    let same = |s: Option<TensorId>| {
+        s.and_then(|s| graph.layout(s).ok())
+            .is_some_and(|l| l.dtype == DType::F32 && l.ne == add.layout.ne)
+    };
+    if add.op != Op::Add || add.layout.dtype != DType::F32 || !same(add.src(0)) || !same(add.src(1))
+    {
+        return None;
+    }
+    let j = (id.index() + 1..end).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())?;
+    let norm = TensorId::from_index(j as u32);
+    if nodes[j].src(0) != Some(id) {
+        return None;
+    }
+    let (mul, w) = norm_mul(graph, counts, norm, end)?;
+    let (root, _) = graph.memory_root(w).ok()?;
+    let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
+    ready.then_some((norm, mul, w))
+}
+
+/// Byte range of an operand in its buffer.
+fn span(o: &Operand) -> Result<std::ops::Range<usize>> {
+    o.layout
+        .checked_nbytes()
+        .map(|n| o.offset..o.offset.saturating_add(n))
+}
+
+/// Whether `out` may be written while `inp` is read, row by row: other
+/// buffers, no overlap, or exactly in place.
+fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
+    if out.buffer != inp.buffer {
+        return Ok(true);
+    }
+    let (a, b) = (span(out)?, span(inp)?);
+    let overlap = a.start < b.end && b.start < a.end;
+    Ok(!overlap || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
+}
+
+/// Record ADD `add` (into its own result), the RMS_NORM `norm` of it and
+/// its MUL `mul` (by `w`) as one dispatch; `false` (nothing recorded) where
+/// the results overlap the inputs other than exactly in place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_add_norm_mul(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    add: TensorId,
+    norm: TensorId,
+    mul: TensorId,
+    w: TensorId,
+) -> Result<bool> {
+    let Op::RmsNorm { eps } = graph.node(norm)?.op else {
+        return Ok(false);
+    };
+    let node = graph.node(add)?;
+    let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
+        return Ok(false);
+    };
+    let ops = [mul, add, a, b, w].map(|t| operand(core, graph, placement, t));
+    let [
+        Ok(Some(dst)),
+        Ok(Some(h)),
+        Ok(Some(a)),
+        Ok(Some(b)),
+        Ok(Some(w)),
+    ] = ops
+    else {
+        return Ok(false);
+    };
+    for (out, inp) in [
+        (&h, &a),
+        (&h, &b),
+        (&dst, &a),
+        (&dst, &b),
+        (&dst, &w),
+        (&h, &w),
+    ] {
+        if !disjoint_or_in_place(out, inp)? {
+            return Ok(false);
+        }
+    }
+    if dst.buffer == h.buffer
+        && span(&dst)?.start < span(&h)?.end
+        && span(&h)?.start < span(&dst)?.end
+    {
+        return Ok(false);
+    }
+    let mut call = Call::new(&dst, &[Some(&a), Some(&b), Some(&w), Some(&h)])?;
+    // The ADD's result is written (s3): read-write, and so is every source
+    // in its buffer (wgpu allows one kind of use of a buffer per dispatch).
+    for (k, binding) in call.bindings.iter_mut().enumerate().skip(1) {
+        if k == 4 || call.buffers[k] == h.buffer {
+            *binding = Binding::plain(binding.name, binding.dtype);
+        }
+    }
+    call.params.iu[0] = 7;
+    call.params.fp[0] = eps;
+    rows(batch, core, call, &a.layout)?;
     Ok(true)
 }
 
@@ -170,6 +276,59 @@ mod tests {
                 "{what}: element {i}: {g} vs {w}"
             );
         }
+    }
+
+    /// `h = a + b` (also read by a second ADD, as a residual stream is),
+    /// `y = rms_norm(h) * w`: the first three nodes are one dispatch, which
+    /// still writes `h`; with the norm made an output (no fusion) the
+    /// results are the same bits.
+    #[test]
+    fn add_rms_norm_and_mul_are_one_dispatch_that_still_writes_the_sum() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        let av: Vec<f32> = (0..384)
+            .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
+            .collect();
+        let bv: Vec<f32> = (0..384)
+            .map(|i| ((i * 11) % 53) as f32 * 0.03 - 0.7)
+            .collect();
+        let wv: Vec<f32> = (0..128).map(|i| 0.5 + i as f32 * 0.01).collect();
+        let run = |norm_out: bool| {
+            let mut g = Graph::new();
+            let a = g.input("a", DType::F32, &[64, 3, 2]).unwrap();
+            let b = g.input("b", DType::F32, &[64, 3, 2]).unwrap();
+            let w = g.input("w", DType::F32, &[64, 1, 2]).unwrap();
+            let h = g.add(a, b).unwrap();
+            let t = g.rms_norm(h, EPS).unwrap();
+            let y = g.mul(t, w).unwrap();
+            let z = g.add(h, a).unwrap();
+            for o in [y, z] {
+                g.set_output(o).unwrap();
+            }
+            if norm_out {
+                g.set_output(t).unwrap();
+            }
+            let stream = dev.new_wgpu_stream().unwrap();
+            let (pl, _galloc) = crate::test_placement(&dev, &g);
+            pl.tensor(&g, a).unwrap().write_f32(&av).unwrap();
+            pl.tensor(&g, b).unwrap().write_f32(&bv).unwrap();
+            pl.tensor(&g, w).unwrap().write_f32(&wv).unwrap();
+            let before = crate::batch::counts::now().0;
+            stream.compute(&g, &pl).unwrap();
+            let n = crate::batch::counts::now().0 - before;
+            let read = |id| pl.tensor(&g, id).unwrap().read_f32().unwrap();
+            (read(y), read(z), n)
+        };
+        let (y, z, n) = run(false);
+        assert_eq!(n, 2, "ADD + RMS_NORM + MUL, then the second ADD");
+        let h: Vec<f32> = av.iter().zip(&bv).map(|(a, b)| a + b).collect();
+        close(&y, &reference(&h, |r, i| wv[64 * (r / 3) + i]), "fused");
+        let zw: Vec<f32> = h.iter().zip(&av).map(|(h, a)| h + a).collect();
+        assert_eq!(z, zw, "the sum, written, read by the second ADD");
+        let (y2, z2, n2) = run(true);
+        assert_eq!(n2, 4, "nothing fused: the norm is an output");
+        assert_eq!((y2, z2), (y, z), "fused and unfused agree bit for bit");
     }
 
     #[test]

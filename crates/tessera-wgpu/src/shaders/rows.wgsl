@@ -1,7 +1,8 @@
 // rows.wgsl: one workgroup per row of src0. iu.x: 0 RMS_NORM, 1 NORM,
 // 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
 // iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x),
-// 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's).
+// 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
+// 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -130,6 +131,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 y = exp(w - mx) * inv;
             }
             d_st(d_row + i * P.nb_d.x, y);
+        }
+        return;
+    }
+    if (mode == 7u) {
+        let b_row = P.off.z + i1 * P.nb_1.y + i2 * P.nb_1.z + i3 * P.nb_1.w;
+        let h_row = P.off2.x + i1 * P.nb_3.y + i2 * P.nb_3.z + i3 * P.nb_3.w;
+        var sq = 0.0;
+        for (var i = l; i < n; i = i + 256u) {
+            let h = s0_ld(x_row + i * P.nb_0.x) + s1_ld(b_row + i * P.nb_1.x);
+            s3_st(h_row + i * P.nb_3.x, h);
+            sq = sq + h * h;
+        }
+        sq = reduce_sum(l, sq);
+        let scale = 1.0 / sqrt(sq / f32(n) + P.fp.x);
+        let w_row = P.off.w + (i1 % P.ne_2.y) * P.nb_2.y + (i2 % P.ne_2.z) * P.nb_2.z
+            + (i3 % P.ne_2.w) * P.nb_2.w;
+        for (var i = l; i < n; i = i + 256u) {
+            let y = s3_ld(h_row + i * P.nb_3.x) * scale;
+            d_st(d_row + i * P.nb_d.x, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
         }
         return;
     }
