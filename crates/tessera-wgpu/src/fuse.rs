@@ -15,6 +15,13 @@
 //! when written early), its weights are ready when the norm runs, and the
 //! MUL's destination does not overlap the norm's input other than exactly
 //! in place.
+//!
+//! Where the norm reads a residual sum (an ADD of two same-shape tensors)
+//! computed just before it, the ADD joins: the dispatch stores the sum
+//! (the residual stream's later readers need it), then normalizes it and
+//! multiplies, under the same conditions for the norm and the MUL, with
+//! the weights ready when the ADD runs and neither result overlapping an
+//! input other than exactly in place.
 
 use std::sync::Arc;
 
