@@ -1,7 +1,8 @@
 //! Computing a graph range on the device: check every node against
 //! [`support::supports_op`] (the same oracle the scheduler asked), record
-//! each op node ([`crate::encode`]; an RMS_NORM and the MUL after it as one
-//! dispatch where [`crate::fuse`] allows), and submit the recording in
+//! each op node ([`crate::encode`]; an RMS_NORM and the MUL after it, or a
+//! residual ADD with both, as one dispatch where [`crate::fuse`] allows),
+//! and submit the recording in
 //! parts, so that the GPU starts on the first while the host records the
 //! rest. The abort callback is asked before each submission.
 
