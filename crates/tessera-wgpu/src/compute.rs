@@ -75,19 +75,13 @@ pub(crate) fn compute(
             }
         };
         fused = [None; 2];
-        if let Some((norm, mul, w)) = fuse::add_norm_mul(graph, &counts, id, end) {
-            label(&mut batch, "+RMS_NORM+MUL");
-            let done =
-                fuse::encode_add_norm_mul(&mut batch, core, graph, placement, id, norm, mul, w)
-                    .map_err(|e| annotate(e, graph, id))?;
-            if done {
-                fused = [Some(norm), Some(mul)];
+        if let Some(run) = fuse::plan(graph, &counts, id, end) {
+            label(&mut batch, run.label());
+            if fuse::encode(&mut batch, core, graph, placement, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused = run.rest();
             }
-        } else if let Some((mul, w)) = fuse::norm_mul(graph, &counts, id, end) {
-            label(&mut batch, "+MUL");
-            let done = fuse::encode_norm_mul(&mut batch, core, graph, placement, id, mul, w)
-                .map_err(|e| annotate(e, graph, id))?;
-            fused[0] = done.then_some(mul);
         }
         if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
             // This node writes into another tensor's memory.

@@ -32,16 +32,45 @@ use crate::device::Core;
 use crate::encode::{Call, Operand, operand, rows};
 use crate::wgsl::Binding;
 
+/// A run of nodes recorded as one dispatch: a residual ADD (if any), the
+/// RMS_NORM of its result (or of any input) and the MUL of that by `w`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    add: Option<TensorId>,
+    norm: TensorId,
+    mul: TensorId,
+    w: TensorId,
+}
+
+impl Run {
+    /// The nodes after the first that this run records (to skip).
+    pub(crate) fn rest(&self) -> [Option<TensorId>; 2] {
+        match self.add {
+            Some(_) => [Some(self.norm), Some(self.mul)],
+            None => [Some(self.mul), None],
+        }
+    }
+
+    /// What the profile adds to the first node's label.
+    pub(crate) fn label(&self) -> &'static str {
+        if self.add.is_some() {
+            "+RMS_NORM+MUL"
+        } else {
+            "+MUL"
+        }
+    }
+}
+
+/// The run that starts at node `id`, if any: see the module docs for the
+/// conditions. `counts` are the graph's [`Graph::use_counts`]; `end` the
+/// end of the range being encoded.
+pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
+    add_norm_mul(graph, counts, id, end).or_else(|| norm_mul(graph, counts, id, end))
+}
+
 /// The MUL that RMS_NORM node `id` can be fused with, and the MUL's other
-/// operand (the weights): see the module docs for the conditions. `counts`
-/// are the graph's [`Graph::use_counts`]; `end` the end of the range being
-/// encoded.
-pub(crate) fn norm_mul(
-    graph: &Graph,
-    counts: &[u32],
-    id: TensorId,
-    end: usize,
-) -> Option<(TensorId, TensorId)> {
+/// operand (the weights).
+fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
     let nodes = graph.nodes();
     let norm = nodes.get(id.index())?;
     if !matches!(norm.op, Op::RmsNorm { .. })
@@ -66,27 +95,46 @@ pub(crate) fn norm_mul(
     // the compute, an op's by an earlier node.
     let (root, _) = graph.memory_root(w).ok()?;
     let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
-    ready.then(|| (TensorId::from_index(j as u32), w))
+    ready.then(|| Run {
+        add: None,
+        norm: id,
+        mul: TensorId::from_index(j as u32),
+        w,
+    })
 }
 
-/// Record RMS_NORM `norm` and MUL `mul` (by `w`) as one dispatch; `false`
-/// (nothing recorded) where the MUL's destination overlaps the norm's input
-/// other than exactly in place, or an operand has no memory.
-pub(crate) fn encode_norm_mul(
+/// Record `run` as one dispatch; `false` (nothing recorded) where a result
+/// overlaps an input other than exactly in place, or an operand has no
+/// memory (the nodes are then recorded one by one, which reports it).
+pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
-    norm: TensorId,
-    mul: TensorId,
-    w: TensorId,
+    run: &Run,
 ) -> Result<bool> {
-    let Op::RmsNorm { eps } = graph.node(norm)?.op else {
+    let Op::RmsNorm { eps } = graph.node(run.norm)?.op else {
         return Ok(false);
     };
-    let Some(x) = graph.node(norm)?.src(0) else {
+    match run.add {
+        Some(add) => encode_add_norm_mul(batch, core, graph, placement, run, add, eps),
+        None => encode_norm_mul(batch, core, graph, placement, run, eps),
+    }
+}
+
+/// RMS_NORM and MUL ([`encode`]).
+fn encode_norm_mul(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    run: &Run,
+    eps: f32,
+) -> Result<bool> {
+    let Some(x) = graph.node(run.norm)?.src(0) else {
         return Ok(false);
     };
+    let (mul, w) = (run.mul, run.w);
     let (Some(dst), Some(x), Some(w)) = (
         operand(core, graph, placement, mul)?,
         operand(core, graph, placement, x)?,
@@ -105,17 +153,11 @@ pub(crate) fn encode_norm_mul(
 }
 
 /// For ADD node `id` (same-shape F32 operands): the RMS_NORM that reads its
-/// result next and that norm's MUL (by weights `w`), where the three can
-/// be one dispatch: the norm and its MUL as [`norm_mul`] asks, nothing
-/// computed between the ADD and the norm, and the weights ready when the
-/// ADD runs. The ADD's result is written as usual (the residual stream has
-/// other readers). Returns (norm, mul, w).
-pub(crate) fn add_norm_mul(
-    graph: &Graph,
-    counts: &[u32],
-    id: TensorId,
-    end: usize,
-) -> Option<(TensorId, TensorId, TensorId)> {
+/// result next and that norm's MUL, where the three can be one dispatch:
+/// the norm and its MUL as [`norm_mul`] asks, nothing computed between the
+/// ADD and the norm, and the weights ready when the ADD runs. The ADD's
+/// result is written as usual (the residual stream has other readers).
+fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
     let nodes = graph.nodes();
     let add = nodes.get(id.index())?;
     let same = |s: Option<TensorId>| {
@@ -131,10 +173,13 @@ pub(crate) fn add_norm_mul(
     if nodes[j].src(0) != Some(id) {
         return None;
     }
-    let (mul, w) = norm_mul(graph, counts, norm, end)?;
-    let (root, _) = graph.memory_root(w).ok()?;
+    let run = norm_mul(graph, counts, norm, end)?;
+    let (root, _) = graph.memory_root(run.w).ok()?;
     let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
-    ready.then_some((norm, mul, w))
+    ready.then_some(Run {
+        add: Some(id),
+        ..run
+    })
 }
 
 /// Byte range of an operand in its buffer.
@@ -155,23 +200,18 @@ fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
     Ok(!overlap || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
 }
 
-/// Record ADD `add` (into its own result), the RMS_NORM `norm` of it and
-/// its MUL `mul` (by `w`) as one dispatch; `false` (nothing recorded) where
-/// the results overlap the inputs other than exactly in place.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn encode_add_norm_mul(
+/// ADD, RMS_NORM and MUL ([`encode`]): the sum is stored in the ADD's
+/// result too.
+fn encode_add_norm_mul(
     batch: &mut Batch<'_>,
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
+    run: &Run,
     add: TensorId,
-    norm: TensorId,
-    mul: TensorId,
-    w: TensorId,
+    eps: f32,
 ) -> Result<bool> {
-    let Op::RmsNorm { eps } = graph.node(norm)?.op else {
-        return Ok(false);
-    };
+    let (mul, w) = (run.mul, run.w);
     let node = graph.node(add)?;
     let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
         return Ok(false);
