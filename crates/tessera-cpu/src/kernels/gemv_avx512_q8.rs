@@ -17,16 +17,17 @@
 use std::arch::x86_64::*;
 
 use super::dot_quant::{Q4_0_BYTES, Q8_0_BYTES};
-use super::gemv_avx2_q8::{prefetch, scales8};
+use super::gemv_avx2_q8::{prefetch, scales_upto, scales8};
 use super::gemv_avx512::imp::sums;
 
 /// Blocks per scale gather.
 const SB: usize = 8;
 
-/// `ds[c][r] = dx[r] * dy[c]` for the eight blocks at `b`, as vectors.
+/// `ds[c][r] = dx[r] * dy[c]` for the `g` (8 or 4) blocks at `b`, as
+/// vectors (zero past them).
 ///
 /// # Safety
-/// Blocks `b..b + 8` of every row (`xb` bytes each) and column (Q8_0)
+/// Blocks `b..b + g` of every row (`xb` bytes each) and column (Q8_0)
 /// exist; AVX-512 present.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -35,16 +36,25 @@ unsafe fn block_scales<const R: usize, const C: usize>(
     ys: &[*const u8; C],
     b: usize,
     xb: usize,
+    g: usize,
 ) -> [[__m512; R]; C] {
+    // SAFETY: blocks b..b + g of the row or column at `p` (the caller's).
+    let scales = |p: *const u8, stride: usize| unsafe {
+        if g == SB {
+            scales8(p, stride)
+        } else {
+            scales_upto(p, stride, g)
+        }
+    };
     let mut ds = [[_mm512_setzero_ps(); R]; C];
     let mut dy = [_mm256_setzero_ps(); C];
     for c in 0..C {
-        // SAFETY: blocks b..b + 8 of column c.
-        dy[c] = unsafe { scales8(ys[c].add(b * Q8_0_BYTES), Q8_0_BYTES) };
+        // SAFETY: blocks b..b + g of column c.
+        dy[c] = scales(unsafe { ys[c].add(b * Q8_0_BYTES) }, Q8_0_BYTES);
     }
     for r in 0..R {
-        // SAFETY: blocks b..b + 8 of row r.
-        let dx = unsafe { scales8(xs[r].add(b * xb), xb) };
+        // SAFETY: blocks b..b + g of row r.
+        let dx = scales(unsafe { xs[r].add(b * xb) }, xb);
         for c in 0..C {
             ds[c][r] = _mm512_castps256_ps512(_mm256_mul_ps(dx, dy[c]));
         }
@@ -267,13 +277,16 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     let mut b = 0;
-    while b + SB <= nb {
-        // SAFETY: blocks b..b + 8 < nb exist in every row and column.
-        let ds = unsafe { block_scales(&xs, &ys, b, Q4_0_BYTES) };
+    // Groups of eight blocks, then one of four if that many are left (rows
+    // of 20 or 28 blocks: 640 and 896 values).
+    while b + 4 <= nb {
+        let g = if b + SB <= nb { SB } else { 4 };
+        // SAFETY: blocks b..b + g <= nb exist in every row and column.
+        let ds = unsafe { block_scales(&xs, &ys, b, Q4_0_BYTES, g) };
         for x in xs {
-            prefetch(x.wrapping_add(b * Q4_0_BYTES), SB * Q4_0_BYTES + 63);
+            prefetch(x.wrapping_add(b * Q4_0_BYTES), g * Q4_0_BYTES + 63);
         }
-        for i in (0..SB).step_by(4) {
+        for i in (0..g).step_by(4) {
             let idx = quarter_index(i);
             let mut ylo = [zero; C];
             let mut yhi = [zero; C];
@@ -301,7 +314,7 @@ pub(crate) unsafe fn q4_0_tile<const R: usize, const C: usize>(
                 }
             }
         }
-        b += SB;
+        b += g;
     }
     let mut out = sums(&acc);
     for b in b..nb {
