@@ -53,8 +53,8 @@ pub(crate) fn compute(
     };
     let mut parts = 0;
     let counts = graph.use_counts();
-    let mut q8 =
-        matvec_q8::Compute::new(scratch, core, matvec_q8::scratch_bytes(graph, start..end))?;
+    let q8_bytes = matvec_q8::scratch_bytes(graph, start..end);
+    let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, end)?;
     // Nodes already recorded with a node before them (crate::fuse).
     let mut fused: [Option<TensorId>; 2] = [None; 2];
     for id in ids() {
@@ -77,10 +77,20 @@ pub(crate) fn compute(
         fused = [None; 2];
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
-            if fuse::encode(&mut batch, core, graph, placement, &run)
+            // The products that read the run's result find it quantized
+            // (the kernel quantizes row by row: rows of whole blocks).
+            let whole_blocks = graph.layout(run.result())?.ne[0] % 32 == 0;
+            let quant = q8
+                .as_ref()
+                .filter(|_| whole_blocks)
+                .and_then(|q| q.plan_for(graph, run.result(), id.index()));
+            if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())
                 .map_err(|e| annotate(e, graph, id))?
             {
                 fused = run.rest();
+                if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
+                    q8.commit(graph.memory_root(run.result())?.0, quant);
+                }
             }
         }
         if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {

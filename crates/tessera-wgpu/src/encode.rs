@@ -75,8 +75,14 @@ fn for_dst(bodies: &[&'static str; 13], dtype: DType) -> &'static str {
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
-const GLU: &str = include_str!("shaders/glu.wgsl");
-const ROWS: &str = include_str!("shaders/rows.wgsl");
+const GLU: &str = concat!(
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/glu.wgsl")
+);
+const ROWS: &str = concat!(
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/rows.wgsl")
+);
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 macro_rules! matvec {
     ($cols:literal, $vec:literal) => {
@@ -105,7 +111,7 @@ const MATMUL_TILED: &str = concat!(
 const MATMUL_ELEM: &str = include_str!("shaders/matmul.wgsl");
 /// Rows shorter than this (and at most [`MATVEC_MAX_COLS`] columns) take one
 /// invocation per output: a 128-wide workgroup per row would idle.
-const MATVEC_MIN_K: usize = 256;
+pub(crate) const MATVEC_MIN_K: usize = 256;
 /// Most src1 columns MUL_MAT gives to the matrix-vector kernel (above: tiles).
 const MATVEC_MAX_COLS: usize = 8;
 /// Whether the matrix-vector kernel takes 8 elements a step (the default)
@@ -127,10 +133,13 @@ fn read_only_sources() -> bool {
 /// A tiled MUL_MAT workgroup's output tile (rows x columns).
 const MATMUL_TILE: usize = 64;
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
-const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION: &str = concat!(
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/attention.wgsl")
+);
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
-const SRC_NAMES: [&str; 5] = ["s0", "s1", "s2", "s3", "s4"];
+pub(crate) const SRC_NAMES: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
 
 /// A tensor resolved to device memory.
 #[derive(Clone, Debug)]
@@ -220,6 +229,16 @@ impl Call {
             buffers,
             params,
         })
+    }
+
+    /// Bind the destination's buffer, unused, for each source binding
+    /// missing up to `n` (kernels that name more sources than a call uses).
+    pub(crate) fn pad_sources(&mut self, n: usize) {
+        while self.bindings.len() < n + 1 {
+            let k = self.bindings.len() - 1;
+            self.bindings.push(Binding::plain(SRC_NAMES[k], DType::F32));
+            self.buffers.push(self.buffers[0].clone());
+        }
     }
 
     /// Record it: `items` work items of an element kernel (256 per group).
@@ -459,7 +478,20 @@ pub(crate) fn encode_node(
                 u32::from(swapped),
                 0,
             ];
-            call.items(batch, core, "glu", GLU, n)
+            // The products that read the result find it quantized.
+            let quant = q8.as_ref().and_then(|q| q.plan_for(graph, id, id.index()));
+            match (&quant, q8) {
+                (Some(q), Some(q8)) => {
+                    q.bind(&mut call, 2, 0)?;
+                    call.items(batch, core, "glu", GLU, n)?;
+                    q8.commit(graph.memory_root(id)?.0, q);
+                    Ok(())
+                }
+                _ => {
+                    call.pad_sources(3);
+                    call.items(batch, core, "glu", GLU, n)
+                }
+            }
         }
         Op::SwiGluOai { alpha, limit } => {
             let a = src(0).ok_or_else(missing)?;
@@ -467,6 +499,7 @@ pub(crate) fn encode_node(
             let mut call = Call::new(&dst, &[Some(a), Some(g)])?;
             call.params.iu = [0, 1, 0, 1];
             call.params.fp = [alpha, limit, 0.0, 0.0];
+            call.pad_sources(3);
             call.items(batch, core, "glu", GLU, n)
         }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
@@ -597,6 +630,16 @@ pub(crate) fn encode_node(
             let mask = src(3);
             let sinks = src(4);
             let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask, sinks])?;
+            // The products that read the result find it quantized (rows of
+            // whole blocks: each workgroup quantizes the row it wrote).
+            let quant = q8
+                .as_ref()
+                .and_then(|q| q.plan_for(graph, id, id.index()))
+                .filter(|_| v.layout.ne[0] % 32 == 0);
+            match &quant {
+                Some(qz) => qz.bind(&mut call, 5, 1)?,
+                None => call.pad_sources(6),
+            }
             call.params.iu[0] = u32::from(mask.is_some());
             call.params.iu[1] = u32::from(k.layout.dtype == DType::Q8_0);
             call.params.iu[2] = u32::from(v.layout.dtype == DType::Q8_0);
@@ -609,7 +652,11 @@ pub(crate) fn encode_node(
             call.params.fp = [scale, max_bias, logit_softcap, 0.0];
             let groups = q.layout.nrows();
             let params = call.params;
-            call.record(batch, core, "flash_attn_ext", ATTENTION, params, groups)
+            call.record(batch, core, "flash_attn_ext", ATTENTION, params, groups)?;
+            if let (Some(qz), Some(q8)) = (&quant, q8) {
+                q8.commit(graph.memory_root(id)?.0, qz);
+            }
+            Ok(())
         }
         _ => Err(Error::unsupported(&core.name, graph.describe_node(id))),
     }
@@ -619,13 +666,9 @@ pub(crate) fn encode_node(
 /// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
 /// unused ones bound to a placeholder): the shader names all three.
 pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layout) -> Result<()> {
-    // The kernel names four sources (s3: the sum that ADD + RMS_NORM + MUL
-    // stores); absent ones bind the destination's buffer, unused.
-    while call.bindings.len() < 5 {
-        let k = call.bindings.len() - 1;
-        call.bindings.push(Binding::plain(SRC_NAMES[k], DType::F32));
-        call.buffers.push(call.buffers[0].clone());
-    }
+    // The kernel names five sources (s3: the sum that ADD + RMS_NORM + MUL
+    // stores, s4: the scratch a fused norm quantizes into).
+    call.pad_sources(5);
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())
 }

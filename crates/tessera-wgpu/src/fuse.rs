@@ -25,11 +25,12 @@
 
 use std::sync::Arc;
 
-use tessera::{DType, Flags, Graph, Op, Placement, Result, TensorId};
+use tessera::{DType, Flags, Graph, Layout, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::{Call, Operand, operand, rows};
+use crate::matvec_q8::Quantized;
 use crate::wgsl::Binding;
 
 /// A run of nodes recorded as one dispatch: a residual ADD (if any), the
@@ -49,6 +50,11 @@ impl Run {
             Some(_) => [Some(self.norm), Some(self.mul)],
             None => [Some(self.mul), None],
         }
+    }
+
+    /// The run's result (the MUL's).
+    pub(crate) fn result(&self) -> TensorId {
+        self.mul
     }
 
     /// What the profile adds to the first node's label.
@@ -106,33 +112,44 @@ fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<R
 /// Record `run` as one dispatch; `false` (nothing recorded) where a result
 /// overlaps an input other than exactly in place, or an operand has no
 /// memory (the nodes are then recorded one by one, which reports it).
+/// With `quant`, the dispatch also quantizes the run's result there for
+/// the integer products that read it ([`crate::matvec_q8`]).
 pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
     run: &Run,
+    quant: Option<&Quantized>,
 ) -> Result<bool> {
     let Op::RmsNorm { eps } = graph.node(run.norm)?.op else {
         return Ok(false);
     };
-    match run.add {
-        Some(add) => encode_add_norm_mul(batch, core, graph, placement, run, add, eps),
-        None => encode_norm_mul(batch, core, graph, placement, run, eps),
+    let call = match run.add {
+        Some(add) => add_norm_mul_call(core, graph, placement, run, add)?,
+        None => norm_mul_call(core, graph, placement, run)?,
+    };
+    let Some((mut call, rows_of)) = call else {
+        return Ok(false);
+    };
+    call.params.fp[0] = eps;
+    if let Some(q) = quant {
+        q.bind(&mut call, 4, 0)?;
     }
+    rows(batch, core, call, &rows_of)?;
+    Ok(true)
 }
 
-/// RMS_NORM and MUL ([`encode`]).
-fn encode_norm_mul(
-    batch: &mut Batch<'_>,
+/// The call of RMS_NORM and MUL ([`encode`]) and the layout whose rows
+/// it goes over; `None` where they cannot be one dispatch.
+fn norm_mul_call(
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
     run: &Run,
-    eps: f32,
-) -> Result<bool> {
+) -> Result<Option<(Call, Layout)>> {
     let Some(x) = graph.node(run.norm)?.src(0) else {
-        return Ok(false);
+        return Ok(None);
     };
     let (mul, w) = (run.mul, run.w);
     let (Some(dst), Some(x), Some(w)) = (
@@ -140,16 +157,14 @@ fn encode_norm_mul(
         operand(core, graph, placement, x)?,
         operand(core, graph, placement, w)?,
     ) else {
-        return Ok(false);
+        return Ok(None);
     };
     if !disjoint_or_in_place(&dst, &x)? {
-        return Ok(false);
+        return Ok(None);
     }
     let mut call = Call::new(&dst, &[Some(&x), Some(&w), None])?;
     call.params.iu[0] = 6;
-    call.params.fp[0] = eps;
-    rows(batch, core, call, &x.layout)?;
-    Ok(true)
+    Ok(Some((call, x.layout)))
 }
 
 /// For ADD node `id` (same-shape F32 operands): the RMS_NORM that reads its
@@ -200,21 +215,19 @@ fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
     Ok(!overlap || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
 }
 
-/// ADD, RMS_NORM and MUL ([`encode`]): the sum is stored in the ADD's
-/// result too.
-fn encode_add_norm_mul(
-    batch: &mut Batch<'_>,
+/// The call of ADD, RMS_NORM and MUL ([`encode`]; the sum is stored in
+/// the ADD's result too), as [`norm_mul_call`].
+fn add_norm_mul_call(
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
     run: &Run,
     add: TensorId,
-    eps: f32,
-) -> Result<bool> {
+) -> Result<Option<(Call, Layout)>> {
     let (mul, w) = (run.mul, run.w);
     let node = graph.node(add)?;
     let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
-        return Ok(false);
+        return Ok(None);
     };
     let ops = [mul, add, a, b, w].map(|t| operand(core, graph, placement, t));
     let [
@@ -225,7 +238,7 @@ fn encode_add_norm_mul(
         Ok(Some(w)),
     ] = ops
     else {
-        return Ok(false);
+        return Ok(None);
     };
     for (out, inp) in [
         (&h, &a),
@@ -236,14 +249,14 @@ fn encode_add_norm_mul(
         (&h, &w),
     ] {
         if !disjoint_or_in_place(out, inp)? {
-            return Ok(false);
+            return Ok(None);
         }
     }
     if dst.buffer == h.buffer
         && span(&dst)?.start < span(&h)?.end
         && span(&h)?.start < span(&dst)?.end
     {
-        return Ok(false);
+        return Ok(None);
     }
     let mut call = Call::new(&dst, &[Some(&a), Some(&b), Some(&w), Some(&h)])?;
     // The ADD's result is written (s3): read-write, and so is every source
@@ -254,9 +267,7 @@ fn encode_add_norm_mul(
         }
     }
     call.params.iu[0] = 7;
-    call.params.fp[0] = eps;
-    rows(batch, core, call, &a.layout)?;
-    Ok(true)
+    Ok(Some((call, a.layout)))
 }
 
 #[cfg(test)]

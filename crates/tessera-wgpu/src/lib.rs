@@ -30,6 +30,8 @@ mod errors;
 pub mod event;
 pub mod family;
 mod fuse;
+#[cfg(test)]
+mod fused_quant_tests;
 mod matvec_q8;
 mod matvec_rows;
 mod params;

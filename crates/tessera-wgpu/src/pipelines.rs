@@ -20,8 +20,10 @@ use crate::errors::ErrorSink;
 use crate::params::PARAMS_SIZE;
 use crate::wgsl::{self, Binding};
 
-/// Most storage bindings of a kernel (FLASH_ATTN_EXT: q, k, v, mask, dst).
-pub(crate) const MAX_STORAGE: usize = 6;
+/// Most storage bindings of a kernel (FLASH_ATTN_EXT: dst, q, k, v, mask,
+/// sinks and the scratch it quantizes into), within WebGPU's guaranteed 8
+/// per shader stage.
+pub(crate) const MAX_STORAGE: usize = 7;
 
 /// A kernel variant: its body and bindings.
 ///

@@ -10,7 +10,8 @@
 // a quantized cache, read by blocks), mask: src3 (F16) when iu.x = 1;
 // sinks: src4 (F32, one per head, at byte iu2.x) when iu.w = 1, joining
 // the maximum and the sum after the keys as ggml does. fp: scale,
-// max_bias, logit_softcap.
+// max_bias, logit_softcap. iu2.w = 1: the row written is also quantized
+// into s5 (see the end of main).
 
 const FA_SPLIT: u32 = 4u;
 /// Query values kept in workgroup memory (longer rows read the query from
@@ -50,6 +51,22 @@ fn v_val(row: u32, e: u32) -> f32 {
 }
 
 var<workgroup> qv: array<f32, 512>; // FA_QMAX
+
+// The query (in `qv`) dotted with the F16 K row of `dk` values (a multiple
+// of 8) at word `w`: four words a step, loaded together, four partial sums.
+fn k_dot_f16(w: u32, dk: u32) -> f32 {
+    var s = vec4<f32>(0.0);
+    for (var d = 0u; d < dk; d = d + 8u) {
+        let at = w + d / 2u;
+        let a = unpack2x16float(s1_w(at));
+        let b = unpack2x16float(s1_w(at + 1u));
+        let c = unpack2x16float(s1_w(at + 2u));
+        let e = unpack2x16float(s1_w(at + 3u));
+        s = s + vec4<f32>(qv[d] * a.x + qv[d + 1u] * a.y, qv[d + 2u] * b.x + qv[d + 3u] * b.y,
+            qv[d + 4u] * c.x + qv[d + 5u] * c.y, qv[d + 6u] * e.x + qv[d + 7u] * e.y);
+    }
+    return (s.x + s.y) + (s.z + s.w);
+}
 var<workgroup> score: array<f32, 256>; // FA_SPLIT * 64: a team's scores, then weights
 var<workgroup> keep: array<u32, 256>;
 var<workgroup> team_m: array<f32, 4>;
@@ -84,6 +101,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let slope = alibi_slope(P.fp.y, n_head, ih);
     let cap = P.fp.z;
     let q_shared = dk <= FA_QMAX;
+    // F16 K rows of contiguous values, whole groups of 8: read by words.
+    let k_words = q_shared && s1_T == T_F16 && P.iu.y != 1u && P.nb_1.x == 2u && (dk & 7u) == 0u;
     for (var d = lid; q_shared && d < dk; d = d + 256u) {
         qv[d] = s0_ld(q + d * P.nb_0.x);
     }
@@ -112,14 +131,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (kept == 1u) {
                 var dot = 0.0;
                 let krow = kb + j * P.nb_1.y;
-                for (var d = 0u; d < dk; d = d + 1u) {
-                    var qd: f32;
-                    if (q_shared) {
-                        qd = qv[d];
-                    } else {
-                        qd = s0_ld(q + d * P.nb_0.x);
+                if (k_words && (krow & 3u) == 0u) {
+                    dot = k_dot_f16(krow >> 2u, dk);
+                } else {
+                    for (var d = 0u; d < dk; d = d + 1u) {
+                        var qd: f32;
+                        if (q_shared) {
+                            qd = qv[d];
+                        } else {
+                            qd = s0_ld(q + d * P.nb_0.x);
+                        }
+                        dot = dot + qd * k_val(krow, d);
                     }
-                    dot = dot + qd * k_val(krow, d);
                 }
                 var x = dot * P.fp.x;
                 if (cap != 0.0) {
@@ -150,15 +173,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var c = 0u; c < 8u; c = c + 1u) {
                 acc[c] = acc[c] * corr;
             }
-            for (var u = 0u; u < 64u; u = u + 1u) {
-                if (keep[ts + u] == 1u) {
-                    let w = score[ts + u];
-                    sum = sum + w;
-                    let vrow = vb + (t0 + u) * P.nb_2.y;
-                    for (var c = 0u; c < 8u; c = c + 1u) {
-                        let e = l + 64u * c;
-                        if (e < dv) {
-                            acc[c] = acc[c] + w * v_val(vrow, e);
+            // Eight keys at a time: their V values are loaded together (one
+            // wait for eight loads, not eight waits); a masked key's row is
+            // read but never added, and groups of masked keys are skipped.
+            for (var u0 = 0u; u0 < 64u; u0 = u0 + 8u) {
+                var w8: array<f32, 8>;
+                var k8: array<bool, 8>;
+                var rows: array<u32, 8>;
+                var any = false;
+                for (var i = 0u; i < 8u; i = i + 1u) {
+                    let u = u0 + i;
+                    k8[i] = keep[ts + u] == 1u;
+                    any = any || k8[i];
+                    w8[i] = score[ts + u];
+                    if (k8[i]) {
+                        sum = sum + w8[i];
+                    }
+                    rows[i] = vb + min(t0 + u, n_kv - 1u) * P.nb_2.y;
+                }
+                if (!any) {
+                    continue;
+                }
+                for (var c = 0u; c < 8u; c = c + 1u) {
+                    let e = l + 64u * c;
+                    if (e < dv) {
+                        var v8: array<f32, 8>;
+                        for (var i = 0u; i < 8u; i = i + 1u) {
+                            v8[i] = v_val(rows[i], e);
+                        }
+                        for (var i = 0u; i < 8u; i = i + 1u) {
+                            if (k8[i]) {
+                                acc[c] = acc[c] + w8[i] * v8[i];
+                            }
                         }
                     }
                 }
@@ -182,9 +228,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     workgroupBarrier();
-    if (team != 0u) {
-        return;
+    let o = P.off.x + ih * P.nb_d.y + iq * P.nb_d.z + i3 * P.nb_d.w;
+    if (team == 0u) {
+        fa_merge(l, ih, dv, o);
     }
+    if (P.iu2.w == 1u) {
+        // Quantize the row just written (contiguous, whole blocks of 32
+        // values) for the integer matrix-vector kernel, as quant_act.wgsl
+        // would: block j of the destination's bytes at byte iu2.y + 32 j,
+        // its pair at iu2.z + 8 j, in s5 (the stream's scratch).
+        storageBarrier();
+        if (lid < dv / 32u) {
+            let j = (o - P.off.x) / 128u + lid;
+            var x: array<f32, 32>;
+            for (var e = 0u; e < 32u; e = e + 1u) {
+                x[e] = d_ld(o + 4u * (32u * lid + e));
+            }
+            let qb = q8_block(x);
+            let words = (P.iu2.y >> 2u) + 8u * j;
+            for (var w = 0u; w < 8u; w = w + 1u) {
+                s5_sw(words + w, qb.words[w]);
+            }
+            let pair = (P.iu2.z >> 2u) + 2u * j;
+            s5_sw(pair, bitcast<u32>(qb.d));
+            s5_sw(pair + 1u, bitcast<u32>(qb.ds));
+        }
+    }
+}
+
+// Team 0 after the teams' results are in workgroup memory: merge them
+// and write the row (head ih) at byte `o`.
+fn fa_merge(l: u32, ih: u32, dv: u32, o: u32) {
     var found = false;
     var mm = 0.0;
     for (var t = 0u; t < FA_SPLIT; t = t + 1u) {
@@ -223,7 +297,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let inv = select(0.0, 1.0 / total, total != 0.0);
-    let o = P.off.x + ih * P.nb_d.y + iq * P.nb_d.z + i3 * P.nb_d.w;
     for (var c = 0u; c < 8u; c = c + 1u) {
         let e = l + 64u * c;
         if (e < dv) {

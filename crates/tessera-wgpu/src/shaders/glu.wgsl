@@ -2,14 +2,40 @@
 // code); iu.y: 0 fused (src0 rows hold [x, g], or [g, x] when iu.z = 1),
 // 1 split (x = src0, g = src1); iu.w = 1: SWIGLU_OAI (split, fp.x alpha,
 // fp.y limit).
+// iu2.z = 1 (a contiguous destination of rows of whole 32-value blocks):
+// each workgroup also quantizes the eight blocks it wrote for the integer
+// matrix-vector kernel, as quant_act.wgsl would, into s2 (the stream's
+// scratch): block j's bytes at byte iu2.x + 32 j, its pair at iu2.y + 8 j.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
     let t = item_index(wid, nwg, lid);
-    if (t >= P.off2.y) {
-        return;
+    if (t < P.off2.y) {
+        glu_item(t);
     }
+    if (P.iu2.z == 1u) {
+        storageBarrier();
+        let j = (t - lid.x) / 32u + lid.x;
+        if (lid.x < 8u && 32u * j < P.off2.y) {
+            var x: array<f32, 32>;
+            for (var e = 0u; e < 32u; e = e + 1u) {
+                x[e] = d_ld(P.off.x + 4u * (32u * j + e));
+            }
+            let q = q8_block(x);
+            let words = (P.iu2.x >> 2u) + 8u * j;
+            for (var w = 0u; w < 8u; w = w + 1u) {
+                s2_sw(words + w, q.words[w]);
+            }
+            let pair = (P.iu2.y >> 2u) + 2u * j;
+            s2_sw(pair, bitcast<u32>(q.d));
+            s2_sw(pair + 1u, bitcast<u32>(q.ds));
+        }
+    }
+}
+
+// Element t of the destination.
+fn glu_item(t: u32) {
     let i = unravel(t, P.ne_d);
     var x: f32;
     var g: f32;

@@ -1,9 +1,8 @@
 // quant_act.wgsl: the activations of a few-column product quantized for
 // the integer matrix-vector kernel (matvec_q8.wgsl). Per 32 values of each
-// column of src0 (F32: the product's src1), 32 signed bytes q = round(x / d)
-// with d = max |x| / 127, and the pair (d, d * sum q) as two f32 (ggml's
-// Q8_1). In d (the scratch): column c's bytes from byte P.iu.x + c * k,
-// the pair of its block b at byte P.iu.y + 8 * (c * k / 32 + b).
+// column of src0 (F32: the product's src1), a Q8Block (q8_block.wgsl). In
+// d (the scratch): column c's bytes from byte P.iu.x + c * k, the pair of
+// its block b at byte P.iu.y + 8 * (c * k / 32 + b).
 // One invocation per block; P.ne_0 = src1's (k, columns), P.off2.y blocks.
 
 @compute @workgroup_size(256)
@@ -19,25 +18,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let b = t % nb;
     let src = P.off.y + c * P.nb_0.y + 32u * b * P.nb_0.x;
     var x: array<f32, 32>;
-    var amax = 0.0;
     for (var i = 0u; i < 32u; i = i + 1u) {
         x[i] = s0_ld(src + i * P.nb_0.x);
-        amax = max(amax, abs(x[i]));
     }
-    let dd = amax / 127.0;
-    let id = select(0.0, 1.0 / dd, dd > 0.0);
-    var sum = 0;
+    let q = q8_block(x);
     let words = (P.iu.x + c * k + 32u * b) >> 2u;
     for (var w = 0u; w < 8u; w = w + 1u) {
-        var word = 0u;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let q = clamp(i32(round(x[4u * w + j] * id)), -127, 127);
-            sum = sum + q;
-            word = word | ((bitcast<u32>(q) & 0xffu) << (8u * j));
-        }
-        d_sw(words + w, word);
+        d_sw(words + w, q.words[w]);
     }
     let pair = (P.iu.y >> 2u) + 2u * (c * nb + b);
-    d_sw(pair, bitcast<u32>(dd));
-    d_sw(pair + 1u, bitcast<u32>(dd * f32(sum)));
+    d_sw(pair, bitcast<u32>(q.d));
+    d_sw(pair + 1u, bitcast<u32>(q.ds));
 }

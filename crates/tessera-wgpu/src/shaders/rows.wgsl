@@ -3,6 +3,11 @@
 // iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x),
 // 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
 // 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
+// Modes 6 and 7 with iu2.z = 1 (a contiguous destination) also quantize
+// each row they write for the integer matrix-vector kernel, as
+// quant_act.wgsl would, into s4 (the stream's scratch): by blocks of 32 in
+// the destination's order, block j's bytes at byte iu2.x + 32 j, its pair
+// at iu2.y + 8 j.
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -46,6 +51,27 @@ fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
         return neg_inf();
     }
     return x + slope * m;
+}
+
+// Quantize row `row` of the destination, just written by this workgroup
+// (see the header; called in uniform control flow).
+fn quantize_row(l: u32, d_row: u32, row: u32, n: u32) {
+    storageBarrier();
+    let nb = n / 32u;
+    for (var b = l; b < nb; b = b + 256u) {
+        var x: array<f32, 32>;
+        for (var i = 0u; i < 32u; i = i + 1u) {
+            x[i] = d_ld(d_row + (32u * b + i) * 4u);
+        }
+        let q = q8_block(x);
+        let words = (P.iu2.x + row * n + 32u * b) >> 2u;
+        for (var w = 0u; w < 8u; w = w + 1u) {
+            s4_sw(words + w, q.words[w]);
+        }
+        let pair = (P.iu2.y >> 2u) + 2u * (row * nb + b);
+        s4_sw(pair, bitcast<u32>(q.d));
+        s4_sw(pair + 1u, bitcast<u32>(q.ds));
+    }
 }
 
 @compute @workgroup_size(256)
@@ -151,6 +177,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let y = s3_ld(h_row + i * P.nb_3.x) * scale;
             d_st(d_row + i * P.nb_d.x, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
         }
+        if (P.iu2.z == 1u) {
+            quantize_row(l, d_row, row, n);
+        }
         return;
     }
     var s = 0.0;
@@ -187,6 +216,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var i = l; i < n; i = i + 256u) {
             let y = s0_ld(x_row + i * P.nb_0.x) * scale;
             d_st(d_row + i * P.nb_d.x, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
+        }
+        if (P.iu2.z == 1u) {
+            quantize_row(l, d_row, row, n);
         }
         return;
     }
