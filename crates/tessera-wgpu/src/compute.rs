@@ -1,7 +1,8 @@
 //! Computing a graph range on the device: check every node against
 //! [`support::supports_op`] (the same oracle the scheduler asked), record
 //! each op node ([`crate::encode`]; an RMS_NORM and the MUL after it, or a
-//! residual ADD with both, as one dispatch where [`crate::fuse`] allows),
+//! residual ADD with both, as one dispatch where [`crate::fuse`] allows,
+//! and a ROPE with the SET_ROWS that stores it, [`crate::fuse_rope`]),
 //! and submit the recording in
 //! parts, so that the GPU starts on the first while the host records the
 //! rest. The abort callback is asked before each submission.
@@ -15,7 +16,7 @@ use tessera::{AbortCallback, Error, Graph, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::encode_node;
-use crate::{fuse, matvec_q8, support};
+use crate::{fuse, fuse_rope, matvec_q8, support};
 
 /// Record the op nodes of `range` and submit them, in parts
 /// ([`part_size`]); returns the last submission's index (`None` when
@@ -63,6 +64,10 @@ pub(crate) fn compute(
         if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
             continue;
         }
+        if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
+            // This node writes into another tensor's memory.
+            q8.written(root);
+        }
         if fused.contains(&Some(id)) {
             continue;
         }
@@ -93,9 +98,13 @@ pub(crate) fn compute(
                 }
             }
         }
-        if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
-            // This node writes into another tensor's memory.
-            q8.written(root);
+        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 2]) {
+            label(&mut batch, "+SET_ROWS");
+            if fuse_rope::encode(&mut batch, core, graph, placement, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused = run.rest();
+            }
         }
         if fused == [None; 2] {
             label(&mut batch, "");

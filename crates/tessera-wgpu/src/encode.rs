@@ -83,7 +83,7 @@ const ROWS: &str = concat!(
     include_str!("shaders/q8_block.wgsl"),
     include_str!("shaders/rows.wgsl")
 );
-const ROPE: &str = include_str!("shaders/rope.wgsl");
+pub(crate) const ROPE: &str = include_str!("shaders/rope.wgsl");
 macro_rules! matvec {
     ($cols:literal, $vec:literal) => {
         concat!(
@@ -531,29 +531,7 @@ pub(crate) fn encode_node(
         Op::Rope(p) => {
             let a = src(0).ok_or_else(missing)?;
             let pos = src(1).ok_or_else(missing)?;
-            let ff = src(2);
-            let mut call = Call::new(&dst, &[Some(a), Some(pos), ff])?;
-            let mode = p.mode.ggml_mode() as u32;
-            let pairs = p.n_pairs() as u32;
-            call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), pairs];
-            if p.mode.is_multi() {
-                call.params.iu2 = p.sections;
-            }
-            let theta_scale = f64::from(p.freq_base).powf(-2.0 / p.n_dims as f64);
-            let corr = yarn_corr_dims(&p);
-            let mscale_ext =
-                f64::from(p.attn_factor) * (1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln());
-            call.params.fp = [
-                theta_scale as f32,
-                p.freq_scale,
-                p.ext_factor,
-                p.attn_factor,
-            ];
-            call.params.fp2 = [corr[0] as f32, corr[1] as f32, mscale_ext as f32, 0.0];
-            let per_row = p.n_pairs() + (a.layout.ne[0] - 2 * p.n_pairs());
-            let items = per_row
-                .checked_mul(a.layout.nrows())
-                .ok_or_else(|| Error::Overflow("ROPE work items".into()))?;
+            let (call, items) = rope_call(&dst, [a, pos], src(2), None, &p)?;
             call.items(batch, core, "rope", ROPE, items)
         }
         Op::MulMat => {
@@ -671,6 +649,44 @@ pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layou
     call.pad_sources(5);
     let params = call.params;
     call.record(batch, core, "rows", ROWS, params, a.nrows())
+}
+
+/// The call of ROPE of `a` at positions `pos` (frequency factors `ff`) into
+/// `dst`, and its work items. With `ids` (a SET_ROWS's row ids,
+/// [`crate::fuse_rope`]), row `i2` of the result goes to row `ids[i2]` of
+/// `dst` (byte stride `nb[2]` of `dst`'s layout).
+pub(crate) fn rope_call(
+    dst: &Operand,
+    [a, pos]: [&Operand; 2],
+    ff: Option<&Operand>,
+    ids: Option<&Operand>,
+    p: &tessera::RopeParams,
+) -> Result<(Call, usize)> {
+    let mut call = Call::new(dst, &[Some(a), Some(pos), ff, ids])?;
+    call.pad_sources(4);
+    let mode = p.mode.ggml_mode() as u32;
+    let pairs = p.n_pairs() as u32;
+    call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), pairs];
+    if p.mode.is_multi() {
+        call.params.iu2 = p.sections;
+    } else if ids.is_some() {
+        call.params.iu2[0] = 1;
+    }
+    let theta_scale = f64::from(p.freq_base).powf(-2.0 / p.n_dims as f64);
+    let corr = yarn_corr_dims(p);
+    let mscale_ext = f64::from(p.attn_factor) * (1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln());
+    call.params.fp = [
+        theta_scale as f32,
+        p.freq_scale,
+        p.ext_factor,
+        p.attn_factor,
+    ];
+    call.params.fp2 = [corr[0] as f32, corr[1] as f32, mscale_ext as f32, 0.0];
+    let per_row = p.n_pairs() + (a.layout.ne[0] - 2 * p.n_pairs());
+    let items = per_row
+        .checked_mul(a.layout.nrows())
+        .ok_or_else(|| Error::Overflow("ROPE work items".into()))?;
+    Ok((call, items))
 }
 
 /// YaRN correction dimensions, as ggml's `ggml_rope_yarn_corr_dims` (in f64).

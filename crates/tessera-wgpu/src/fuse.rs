@@ -67,10 +67,20 @@ impl Run {
     }
 }
 
+/// Whether the encoder fuses at all (default; `TESSERA_WGPU_FUSE=0` records
+/// every node as its own dispatch, for measuring what fusion gives).
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_FUSE").is_ok_and(|v| v.trim() == "0"))
+}
+
 /// The run that starts at node `id`, if any: see the module docs for the
 /// conditions. `counts` are the graph's [`Graph::use_counts`]; `end` the
 /// end of the range being encoded.
 pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
+    if !enabled() {
+        return None;
+    }
     add_norm_mul(graph, counts, id, end).or_else(|| norm_mul(graph, counts, id, end))
 }
 
@@ -198,7 +208,7 @@ fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Opti
 }
 
 /// Byte range of an operand in its buffer.
-fn span(o: &Operand) -> Result<std::ops::Range<usize>> {
+pub(crate) fn span(o: &Operand) -> Result<std::ops::Range<usize>> {
     o.layout
         .checked_nbytes()
         .map(|n| o.offset..o.offset.saturating_add(n))

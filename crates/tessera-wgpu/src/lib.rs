@@ -30,6 +30,7 @@ mod errors;
 pub mod event;
 pub mod family;
 mod fuse;
+mod fuse_rope;
 #[cfg(test)]
 mod fused_quant_tests;
 mod matvec_q8;

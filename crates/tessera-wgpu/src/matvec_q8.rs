@@ -326,12 +326,13 @@ impl Quantized {
     }
 }
 
-/// Whether a norm's dispatch also quantizes its result for the products
-/// that read it (default; `TESSERA_WGPU_FUSE_Q8=0` leaves it to a
-/// dispatch of its own, for measuring).
+/// Whether the node that computes a product's input also quantizes it
+/// (default; `TESSERA_WGPU_FUSE_Q8=0`, or `TESSERA_WGPU_FUSE=0` for every
+/// fusion, leaves it to a dispatch of its own, for measuring).
 fn fuse_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_FUSE_Q8").is_ok_and(|v| v.trim() == "0"))
+    crate::fuse::enabled()
+        && *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_FUSE_Q8").is_ok_and(|v| v.trim() == "0"))
 }
 
 /// Record `dst = a^T b` (b = tensor `b_id`, its memory `b_root`'s): b's

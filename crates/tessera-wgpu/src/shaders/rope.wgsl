@@ -6,6 +6,9 @@
 // pos[i2 + s * ne2], as ggml's ggml_mrope_cache_init). fp: theta_scale,
 // freq_scale, ext_factor, attn_factor; fp2: YaRN corr dims [low, high] and
 // the magnitude scale used when ext_factor != 0. Positions: src1 (I32).
+// iu2.x = 1 in the single-section modes (ROPE + SET_ROWS, fuse_rope.rs):
+// row i2 of the result goes to row ids[i2] of d (ids: src3, I32 or I64,
+// stride nb_d.z), converted to d's type as SET_ROWS would.
 
 const TWO_PI_HI: f32 = 6.28318548202514648;
 const TWO_PI_LO: f32 = -1.7484556000744487e-7;
@@ -81,7 +84,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i2 = (row / P.ne_0.y) % P.ne_0.z;
     let i3 = row / (P.ne_0.y * P.ne_0.z);
     let src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
-    let dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
+    var dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
+    if (P.iu.y < 8u && P.iu2.x == 1u) {
+        let to = u32(s3_ldi(P.off2.x + i2 * P.nb_3.x));
+        dst = P.off.x + i1 * P.nb_d.y + to * P.nb_d.z;
+    }
     if (slot >= half_dims) {
         let i0 = rot_dims + (slot - half_dims);
         d_st(dst + i0 * P.nb_d.x, s0_ld(src + i0 * P.nb_0.x));
