@@ -83,8 +83,10 @@ pub(crate) fn compute(
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
             // The products that read the run's result find it quantized
-            // (the kernel quantizes row by row: rows of whole blocks).
-            let whole_blocks = graph.layout(run.result())?.ne[0] % 32 == 0;
+            // (the kernel quantizes row by row from workgroup memory: rows
+            // of whole blocks, at most 2048 values).
+            let n = graph.layout(run.result())?.ne[0];
+            let whole_blocks = n % 32 == 0 && n <= 2048;
             let quant = q8
                 .as_ref()
                 .filter(|_| whole_blocks)

@@ -137,6 +137,10 @@ const ATTENTION: &str = concat!(
     include_str!("shaders/q8_block.wgsl"),
     include_str!("shaders/attention.wgsl")
 );
+const ATTENTION_ROWS: &str = concat!(
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/attention_rows.wgsl")
+);
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
 pub(crate) const SRC_NAMES: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
@@ -630,7 +634,12 @@ pub(crate) fn encode_node(
             call.params.fp = [scale, max_bias, logit_softcap, 0.0];
             let groups = q.layout.nrows();
             let params = call.params;
-            call.record(batch, core, "flash_attn_ext", ATTENTION, params, groups)?;
+            let body = if attention_rows_takes(k, v) {
+                ATTENTION_ROWS
+            } else {
+                ATTENTION
+            };
+            call.record(batch, core, "flash_attn_ext", body, params, groups)?;
             if let (Some(qz), Some(q8)) = (&quant, q8) {
                 q8.commit(graph.memory_root(id)?.0, qz);
             }
@@ -638,6 +647,25 @@ pub(crate) fn encode_node(
         }
         _ => Err(Error::unsupported(&core.name, graph.describe_node(id))),
     }
+}
+
+/// Whether `attention_rows.wgsl` takes an attention over caches `k`, `v`
+/// (see its header: F16 rows of contiguous values at multiples of 4
+/// bytes, the head sizes of common models). `TESSERA_WGPU_FA=teams` keeps
+/// every attention on `attention.wgsl`, for measuring.
+fn attention_rows_takes(k: &Operand, v: &Operand) -> bool {
+    static TEAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *TEAMS.get_or_init(|| std::env::var("TESSERA_WGPU_FA").is_ok_and(|v| v.trim() == "teams")) {
+        return false;
+    }
+    let words = |o: &Operand| {
+        o.layout.dtype == DType::F16
+            && o.layout.nb[0] == 2
+            && o.offset.is_multiple_of(4)
+            && o.layout.nb[1..].iter().all(|b| b.is_multiple_of(4))
+    };
+    let (dk, dv) = (k.layout.ne[0], v.layout.ne[0]);
+    words(k) && words(v) && dk.is_multiple_of(32) && dk <= 256 && matches!(dv, 32 | 64 | 128 | 256)
 }
 
 /// Record a one-workgroup-per-row kernel over the rows of `a`. Every

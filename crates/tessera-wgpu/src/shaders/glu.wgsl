@@ -3,24 +3,29 @@
 // 1 split (x = src0, g = src1); iu.w = 1: SWIGLU_OAI (split, fp.x alpha,
 // fp.y limit).
 // iu2.z = 1 (a contiguous destination of rows of whole 32-value blocks):
-// each workgroup also quantizes the eight blocks it wrote for the integer
-// matrix-vector kernel, as quant_act.wgsl would, into s2 (the stream's
-// scratch): block j's bytes at byte iu2.x + 32 j, its pair at iu2.y + 8 j.
+// each workgroup also quantizes the eight blocks it wrote (kept in
+// workgroup memory) for the integer matrix-vector kernel, as
+// quant_act.wgsl would, into s2 (the stream's scratch): block j's bytes at
+// byte iu2.x + 32 j, its pair at iu2.y + 8 j.
+
+var<workgroup> glu_q: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
     let t = item_index(wid, nwg, lid);
+    var y = 0.0;
     if (t < P.off2.y) {
-        glu_item(t);
+        y = glu_item(t);
     }
     if (P.iu2.z == 1u) {
-        storageBarrier();
+        glu_q[lid.x] = y;
+        workgroupBarrier();
         let j = (t - lid.x) / 32u + lid.x;
         if (lid.x < 8u && 32u * j < P.off2.y) {
             var x: array<f32, 32>;
             for (var e = 0u; e < 32u; e = e + 1u) {
-                x[e] = d_ld(P.off.x + 4u * (32u * j + e));
+                x[e] = glu_q[32u * lid.x + e];
             }
             let q = q8_block(x);
             let words = (P.iu2.x >> 2u) + 8u * j;
@@ -34,8 +39,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 
-// Element t of the destination.
-fn glu_item(t: u32) {
+// Element t of the destination, stored and returned.
+fn glu_item(t: u32) -> f32 {
     let i = unravel(t, P.ne_d);
     var x: f32;
     var g: f32;
@@ -60,8 +65,11 @@ fn glu_item(t: u32) {
         } else if (limit < g) {
             gc = limit;
         }
-        d_st(P.off.x + offset_of(i, P.nb_d), xc / (1.0 + exp(P.fp.x * -xc)) * (gc + 1.0));
-        return;
+        let y = xc / (1.0 + exp(P.fp.x * -xc)) * (gc + 1.0);
+        d_st(P.off.x + offset_of(i, P.nb_d), y);
+        return y;
     }
-    d_st(P.off.x + offset_of(i, P.nb_d), unary_fn(P.iu.x, x) * g);
+    let y = unary_fn(P.iu.x, x) * g;
+    d_st(P.off.x + offset_of(i, P.nb_d), y);
+    return y;
 }

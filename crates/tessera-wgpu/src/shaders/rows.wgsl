@@ -3,8 +3,8 @@
 // iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x),
 // 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
 // 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
-// Modes 6 and 7 with iu2.z = 1 (a contiguous destination) also quantize
-// each row they write for the integer matrix-vector kernel, as
+// Modes 6 and 7 with iu2.z = 1 (a contiguous destination, rows of at most
+// 2048 values) also quantize each row they write for the integer matrix-vector kernel, as
 // quant_act.wgsl would, into s4 (the stream's scratch): by blocks of 32 in
 // the destination's order, block j's bytes at byte iu2.x + 32 j, its pair
 // at iu2.y + 8 j.
@@ -53,15 +53,18 @@ fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
     return x + slope * m;
 }
 
-// Quantize row `row` of the destination, just written by this workgroup
-// (see the header; called in uniform control flow).
-fn quantize_row(l: u32, d_row: u32, row: u32, n: u32) {
-    storageBarrier();
+// The row being written, for quantize_row (rows of at most 2048 values).
+var<workgroup> qrow: array<f32, 2048>;
+
+// Quantize row `row` of the destination, its values in `qrow` (see the
+// header; called in uniform control flow).
+fn quantize_row(l: u32, row: u32, n: u32) {
+    workgroupBarrier();
     let nb = n / 32u;
     for (var b = l; b < nb; b = b + 256u) {
         var x: array<f32, 32>;
         for (var i = 0u; i < 32u; i = i + 1u) {
-            x[i] = d_ld(d_row + (32u * b + i) * 4u);
+            x[i] = qrow[32u * b + i];
         }
         let q = q8_block(x);
         let words = (P.iu2.x + row * n + 32u * b) >> 2u;
@@ -175,10 +178,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_2.w) * P.nb_2.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s3_ld(h_row + i * P.nb_3.x) * scale;
-            d_st(d_row + i * P.nb_d.x, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
+            let v = y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x);
+            d_st(d_row + i * P.nb_d.x, v);
+            if (P.iu2.z == 1u) {
+                qrow[i] = v;
+            }
         }
         if (P.iu2.z == 1u) {
-            quantize_row(l, d_row, row, n);
+            quantize_row(l, row, n);
         }
         return;
     }
@@ -215,10 +222,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_1.w) * P.nb_1.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s0_ld(x_row + i * P.nb_0.x) * scale;
-            d_st(d_row + i * P.nb_d.x, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
+            let v = y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x);
+            d_st(d_row + i * P.nb_d.x, v);
+            if (P.iu2.z == 1u) {
+                qrow[i] = v;
+            }
         }
         if (P.iu2.z == 1u) {
-            quantize_row(l, d_row, row, n);
+            quantize_row(l, row, n);
         }
         return;
     }
