@@ -54,7 +54,8 @@ pub(crate) fn compute(
     };
     let mut parts = 0;
     let counts = graph.use_counts();
-    let q8_bytes = matvec_q8::scratch_bytes(graph, start..end);
+    let q8_bytes = matvec_q8::scratch_bytes(graph, start..end)
+        .saturating_add(crate::attention::scratch_bytes(graph, start..end));
     let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, end)?;
     // Nodes already recorded with a node before them (crate::fuse).
     let mut fused: [Option<TensorId>; 2] = [None; 2];

@@ -133,14 +133,6 @@ fn read_only_sources() -> bool {
 /// A tiled MUL_MAT workgroup's output tile (rows x columns).
 const MATMUL_TILE: usize = 64;
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
-const ATTENTION: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/attention.wgsl")
-);
-const ATTENTION_ROWS: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/attention_rows.wgsl")
-);
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
 pub(crate) const SRC_NAMES: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
@@ -609,63 +601,16 @@ pub(crate) fn encode_node(
             let q = src(0).ok_or_else(missing)?;
             let k = src(1).ok_or_else(missing)?;
             let v = src(2).ok_or_else(missing)?;
-            let mask = src(3);
-            let sinks = src(4);
-            let mut call = Call::new(&dst, &[Some(q), Some(k), Some(v), mask, sinks])?;
-            // The products that read the result find it quantized (rows of
-            // whole blocks: each workgroup quantizes the row it wrote).
-            let quant = q8
-                .as_ref()
-                .and_then(|q| q.plan_for(graph, id, id.index()))
-                .filter(|_| v.layout.ne[0] % 32 == 0);
-            match &quant {
-                Some(qz) => qz.bind(&mut call, 5, 1)?,
-                None => call.pad_sources(6),
-            }
-            call.params.iu[0] = u32::from(mask.is_some());
-            call.params.iu[1] = u32::from(k.layout.dtype == DType::Q8_0);
-            call.params.iu[2] = u32::from(v.layout.dtype == DType::Q8_0);
-            // Sinks (src4): the parameter block holds four sources' layouts,
-            // and the sinks need only their offset (contiguous f32).
-            call.params.iu[3] = u32::from(sinks.is_some());
-            if let Some(s) = sinks {
-                call.params.iu2[0] = crate::params::u32_of(s.offset, "a tensor offset")?;
-            }
-            call.params.fp = [scale, max_bias, logit_softcap, 0.0];
-            let groups = q.layout.nrows();
-            let params = call.params;
-            let body = if attention_rows_takes(k, v) {
-                ATTENTION_ROWS
-            } else {
-                ATTENTION
+            let at = crate::attention::Attention {
+                qkv: [q, k, v],
+                mask: src(3),
+                sinks: src(4),
+                fp: [scale, max_bias, logit_softcap],
             };
-            call.record(batch, core, "flash_attn_ext", body, params, groups)?;
-            if let (Some(qz), Some(q8)) = (&quant, q8) {
-                q8.commit(graph.memory_root(id)?.0, qz);
-            }
-            Ok(())
+            crate::attention::encode(batch, core, graph, id, &dst, &at, q8)
         }
         _ => Err(Error::unsupported(&core.name, graph.describe_node(id))),
     }
-}
-
-/// Whether `attention_rows.wgsl` takes an attention over caches `k`, `v`
-/// (see its header: F16 rows of contiguous values at multiples of 4
-/// bytes, the head sizes of common models). `TESSERA_WGPU_FA=teams` keeps
-/// every attention on `attention.wgsl`, for measuring.
-fn attention_rows_takes(k: &Operand, v: &Operand) -> bool {
-    static TEAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *TEAMS.get_or_init(|| std::env::var("TESSERA_WGPU_FA").is_ok_and(|v| v.trim() == "teams")) {
-        return false;
-    }
-    let words = |o: &Operand| {
-        o.layout.dtype == DType::F16
-            && o.layout.nb[0] == 2
-            && o.offset.is_multiple_of(4)
-            && o.layout.nb[1..].iter().all(|b| b.is_multiple_of(4))
-    };
-    let (dk, dv) = (k.layout.ne[0], v.layout.ne[0]);
-    words(k) && words(v) && dk.is_multiple_of(32) && dk <= 256 && matches!(dv, 32 | 64 | 128 | 256)
 }
 
 /// Record a one-workgroup-per-row kernel over the rows of `a`. Every

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod adapter;
+mod attention;
 mod batch;
 mod binds;
 pub mod buffer;

@@ -84,16 +84,18 @@ fn enabled() -> bool {
 /// [`MAX_COLS`] F32 columns, one matrix each (no batches).
 pub(crate) fn takes(a: &Layout, b: &Layout) -> bool {
     let k = a.ne[0];
-    matches!(
-        a.dtype,
-        DType::Q4_0
-            | DType::Q4_1
-            | DType::Q5_0
-            | DType::Q5_1
-            | DType::Q8_0
-            | DType::Q4K
-            | DType::Q6K
-    ) && a.nb[0] == a.dtype.type_size()
+    enabled()
+        && matches!(
+            a.dtype,
+            DType::Q4_0
+                | DType::Q4_1
+                | DType::Q5_0
+                | DType::Q5_1
+                | DType::Q8_0
+                | DType::Q4K
+                | DType::Q6K
+        )
+        && a.nb[0] == a.dtype.type_size()
         && k.is_multiple_of(a.dtype.block_size())
         && k >= crate::encode::MATVEC_MIN_K
         && b.dtype == DType::F32
@@ -289,7 +291,20 @@ impl Compute {
         self.next = q.base + q.bytes;
     }
 
-    fn operand(&self) -> Result<Operand> {
+    /// `bytes` of the scratch for another kernel's own use in this compute
+    /// (planned into [`scratch_bytes`]'s total by the caller): their byte
+    /// offset, or `None` where they do not fit.
+    pub(crate) fn reserve(&mut self, bytes: usize) -> Option<usize> {
+        let at = self.next.next_multiple_of(16);
+        let end = at.checked_add(bytes)?;
+        (end <= self.size).then(|| {
+            self.next = end;
+            at
+        })
+    }
+
+    /// The whole scratch buffer as an operand (I32 words).
+    pub(crate) fn operand(&self) -> Result<Operand> {
         Ok(Operand {
             layout: Layout::contiguous(DType::I32, &[self.size / 4])?,
             buffer: self.buffer.clone(),

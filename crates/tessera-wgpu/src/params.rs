@@ -39,6 +39,16 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
     })
 }
 
+/// Four extents or strides as u32 (see [`u32_of`]).
+pub(crate) fn u32x4(v: [usize; 4], what: &str) -> Result<[u32; 4]> {
+    Ok([
+        u32_of(v[0], what)?,
+        u32_of(v[1], what)?,
+        u32_of(v[2], what)?,
+        u32_of(v[3], what)?,
+    ])
+}
+
 fn dims(l: &Layout) -> Result<([u32; 4], [u32; 4])> {
     let mut ne = [0u32; 4];
     let mut nb = [0u32; 4];

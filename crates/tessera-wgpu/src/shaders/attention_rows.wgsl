@@ -4,6 +4,10 @@
 // attention.wgsl (q: src0, k: src1, v: src2, mask: src3 when iu.x = 1,
 // sinks: src4 at byte iu2.x when iu.w = 1; fp: scale, max_bias,
 // logit_softcap; iu2.w = 1: the row written is also quantized into s5).
+// iu2.w = 2 (a long cache and few query rows, attention_split.rs): iu2.z
+// workgroups per query row, each on its share of the rounds, write their
+// maximum, sum and dv partial outputs (f32) to s5 from byte iu2.y, part p
+// of row g at float (g iu2.z + p) (dv + 2); attention_merge.wgsl finishes.
 //
 // Built so that a thread waits for memory few times: one workgroup of 256
 // per query row takes the keys in rounds of 256. Thread t scores key
@@ -88,7 +92,11 @@ fn ar_dot(row: u32, dk: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lidv: vec3<u32>) {
-    let g_row = group_index(wid, nwg);
+    let split = P.iu2.w == 2u;
+    let parts = select(1u, P.iu2.z, split);
+    let g_all = group_index(wid, nwg);
+    let g_row = g_all / parts;
+    let part = g_all % parts;
     let n_head = P.ne_0.z;
     let n_q = P.ne_0.y;
     // Whole workgroups leave together (the barriers below need them all).
@@ -123,7 +131,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sum = 0.0;
     var seen = false;
     let rounds = (n_kv + 255u) / 256u;
-    for (var r = 0u; r < rounds; r = r + 1u) {
+    let per = (rounds + parts - 1u) / parts;
+    let r_end = min(rounds, per * (part + 1u));
+    for (var r = per * part; r < r_end; r = r + 1u) {
         let j = 256u * r + t;
         var s = AR_NEG;
         var kept = false;
@@ -192,6 +202,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     ar_acc[at + 6u] = acc_hi.z;
     ar_acc[at + 7u] = acc_hi.w;
     workgroupBarrier();
+    if (split) {
+        // This part's maximum (AR_NEG: no key), sum and partial outputs.
+        let at = (P.iu2.y >> 2u) + (g_row * parts + part) * (dv + 2u);
+        if (t == 0u) {
+            s5_sw(at, bitcast<u32>(select(AR_NEG, m, seen)));
+            s5_sw(at + 1u, bitcast<u32>(sum));
+        }
+        if (t < dv) {
+            var out = 0.0;
+            for (var k = 0u; k < subs; k = k + 1u) {
+                out = out + ar_acc[k * dv + t];
+            }
+            s5_sw(at + 2u + t, bitcast<u32>(out));
+        }
+        return;
+    }
     var total = sum;
     var scale_o = 1.0;
     if (P.iu.w == 1u) {
