@@ -108,6 +108,10 @@ const MATMUL_TILED: &str = concat!(
     include_str!("shaders/matmul_common.wgsl"),
     include_str!("shaders/matmul_tiled.wgsl")
 );
+const MATMUL_TILED8: &str = concat!(
+    include_str!("shaders/matmul_common.wgsl"),
+    include_str!("shaders/matmul_tiled8.wgsl")
+);
 const MATMUL_ELEM: &str = include_str!("shaders/matmul.wgsl");
 /// Rows shorter than this (and at most [`MATVEC_MAX_COLS`] columns) take one
 /// invocation per output: a 128-wide workgroup per row would idle.
@@ -130,8 +134,28 @@ fn read_only_sources() -> bool {
     *ON.get_or_init(|| std::env::var("TESSERA_WGPU_READ_ONLY").map_or(true, |v| v.trim() != "0"))
 }
 
-/// A tiled MUL_MAT workgroup's output tile (rows x columns).
+/// A tiled MUL_MAT workgroup's output tile (rows x columns), and the
+/// larger one of `matmul_tiled8.wgsl`.
 const MATMUL_TILE: usize = 64;
+const MATMUL_TILE8: usize = 128;
+
+/// Whether products of many columns take the 128 x 128 tile kernel
+/// (`TESSERA_WGPU_MM=big`, for measuring: not yet timed on a GPU; tests
+/// set it for their own thread).
+fn big_tiles() -> bool {
+    #[cfg(test)]
+    if let Some(on) = BIG_TILES.with(std::cell::Cell::get) {
+        return on;
+    }
+    static BIG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BIG.get_or_init(|| std::env::var("TESSERA_WGPU_MM").is_ok_and(|v| v.trim() == "big"))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests choose the tile kernel for their own thread.
+    pub(crate) static BIG_TILES: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const SORT: &str = include_str!("shaders/sort.wgsl");
 
@@ -573,12 +597,17 @@ pub(crate) fn encode_node(
                     m.checked_mul(batches).ok_or_else(overflow)?,
                 )
             } else {
+                let (tile, body) = if big_tiles() {
+                    (MATMUL_TILE8, MATMUL_TILED8)
+                } else {
+                    (MATMUL_TILE, MATMUL_TILED)
+                };
                 let tiles = m
-                    .div_ceil(MATMUL_TILE)
-                    .checked_mul(cols.div_ceil(MATMUL_TILE))
+                    .div_ceil(tile)
+                    .checked_mul(cols.div_ceil(tile))
                     .and_then(|t| t.checked_mul(batches))
                     .ok_or_else(overflow)?;
-                ("mul_mat_tiled", MATMUL_TILED, tiles)
+                ("mul_mat_tiled", body, tiles)
             };
             let mut params = call.params.items(groups)?;
             params.off2[2] = 0;

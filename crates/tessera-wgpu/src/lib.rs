@@ -43,6 +43,8 @@ mod rounding_tests;
 mod staging;
 pub mod stream;
 pub mod support;
+#[cfg(test)]
+mod tile_tests;
 mod wgsl;
 
 use std::sync::{Arc, OnceLock};
