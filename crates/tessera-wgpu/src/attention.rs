@@ -30,15 +30,15 @@ use crate::params::u32_of;
 use crate::wgsl::Binding;
 
 const ATTENTION: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/attention_common.wgsl"),
     include_str!("shaders/attention.wgsl")
 );
 const ATTENTION_ROWS: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/attention_common.wgsl"),
     include_str!("shaders/attention_rows.wgsl")
 );
 const ATTENTION_MERGE: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/attention_common.wgsl"),
     include_str!("shaders/attention_merge.wgsl")
 );
 

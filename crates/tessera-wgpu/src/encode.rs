@@ -75,14 +75,8 @@ fn for_dst(bodies: &[&'static str; 13], dtype: DType) -> &'static str {
 
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
-const GLU: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/glu.wgsl")
-);
-const ROWS: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/rows.wgsl")
-);
+const GLU: &str = include_str!("shaders/glu.wgsl");
+const ROWS: &str = include_str!("shaders/rows.wgsl");
 pub(crate) const ROPE: &str = include_str!("shaders/rope.wgsl");
 macro_rules! matvec {
     ($cols:literal, $vec:literal) => {

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use tessera::{DType, Graph, Stream, TensorId};
+use tessera::{DType, Graph, Placement, Stream, TensorId};
 
 use crate::WgpuDevice;
 
@@ -37,37 +37,52 @@ fn run(dev: &WgpuDevice, residual: bool, norm_out: bool) -> (Vec<f32>, Vec<f32>,
     for o in outs {
         g.set_output(o).unwrap();
     }
-    let stream = dev.new_wgpu_stream().unwrap();
     let (pl, _galloc) = crate::test_placement(dev, &g);
-    let wave = |n: usize, s: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * s) % 97) as f32 / 24.0 - 2.0).collect()
-    };
     pl.tensor(&g, a)
         .unwrap()
-        .write_f32(&wave(k * cols, 13))
+        .write_f32(&wave(k * cols, 13, 24.0))
         .unwrap();
     pl.tensor(&g, b)
         .unwrap()
-        .write_f32(&wave(k * cols, 29))
+        .write_f32(&wave(k * cols, 29, 24.0))
         .unwrap();
-    pl.tensor(&g, w).unwrap().write_f32(&wave(k, 7)).unwrap();
-    let f = wave(k * m, 31);
-    for (id, t) in [(w4, DType::Q4_0), (w8, DType::Q8_0)] {
-        let mut q = vec![0u8; t.row_size(k).unwrap() * m];
-        tessera::quant::from_f32(t, &f, &mut q).unwrap();
-        pl.tensor(&g, id).unwrap().write(0, &q).unwrap();
-    }
-    crate::matvec_q8::force(Some(true));
-    let before = crate::batch::counts::now().0;
-    stream.compute(&g, &pl).unwrap();
-    let dispatches = crate::batch::counts::now().0 - before;
-    crate::matvec_q8::force(None);
+    pl.tensor(&g, w)
+        .unwrap()
+        .write_f32(&wave(k, 7, 24.0))
+        .unwrap();
+    let f = wave(k * m, 31, 24.0);
+    write_quantized(&pl, &g, w4, DType::Q4_0, k, &f);
+    write_quantized(&pl, &g, w8, DType::Q8_0, k, &f);
+    let dispatches = compute_counted(dev, &g, &pl);
     let read = |id| pl.tensor(&g, id).unwrap().read_f32().unwrap();
     (read(p4), read(p8), dispatches)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// `n` values in [-2, 2) by a stride `s` through 0..97, over `div`.
+fn wave(n: usize, s: usize, div: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i * s) % 97) as f32 / div - 2.0).collect()
+}
+
+/// `values` quantized to `t` into tensor `id` of rows of `k`.
+fn write_quantized(pl: &Placement, g: &Graph, id: TensorId, t: DType, k: usize, values: &[f32]) {
+    let mut q = vec![0u8; t.row_size(k).unwrap() * (values.len() / k)];
+    tessera::quant::from_f32(t, values, &mut q).unwrap();
+    pl.tensor(g, id).unwrap().write(0, &q).unwrap();
+}
+
+/// Compute `g` with the integer products on; the dispatches it took.
+fn compute_counted(dev: &WgpuDevice, g: &Graph, pl: &Placement) -> u64 {
+    let stream = dev.new_wgpu_stream().unwrap();
+    crate::matvec_q8::force(Some(true));
+    let before = crate::batch::counts::now().0;
+    stream.compute(g, pl).unwrap();
+    let dispatches = crate::batch::counts::now().0 - before;
+    crate::matvec_q8::force(None);
+    dispatches
 }
 
 #[test]
@@ -107,27 +122,17 @@ fn run_glu(dev: &WgpuDevice, copied: bool) -> (Vec<f32>, u64) {
     let b = if copied { g.scale(y, 1.0).unwrap() } else { y };
     let p = g.mul_mat(w, b).unwrap();
     g.set_output(p).unwrap();
-    let stream = dev.new_wgpu_stream().unwrap();
     let (pl, _galloc) = crate::test_placement(dev, &g);
-    let wave = |n: usize, s: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * s) % 89) as f32 / 22.0 - 2.0).collect()
-    };
     pl.tensor(&g, x)
         .unwrap()
-        .write_f32(&wave(k * cols, 11))
+        .write_f32(&wave(k * cols, 11, 22.0))
         .unwrap();
     pl.tensor(&g, gate)
         .unwrap()
-        .write_f32(&wave(k * cols, 23))
+        .write_f32(&wave(k * cols, 23, 22.0))
         .unwrap();
-    let mut q = vec![0u8; DType::Q4_0.row_size(k).unwrap() * m];
-    tessera::quant::from_f32(DType::Q4_0, &wave(k * m, 37), &mut q).unwrap();
-    pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
-    crate::matvec_q8::force(Some(true));
-    let before = crate::batch::counts::now().0;
-    stream.compute(&g, &pl).unwrap();
-    let dispatches = crate::batch::counts::now().0 - before;
-    crate::matvec_q8::force(None);
+    write_quantized(&pl, &g, w, DType::Q4_0, k, &wave(k * m, 37, 22.0));
+    let dispatches = compute_counted(dev, &g, &pl);
     (pl.tensor(&g, p).unwrap().read_f32().unwrap(), dispatches)
 }
 
@@ -170,35 +175,22 @@ fn run_attention(dev: &WgpuDevice, copied: bool) -> (Vec<f32>, u64) {
     };
     let p = g.mul_mat(w, b).unwrap();
     g.set_output(p).unwrap();
-    let stream = dev.new_wgpu_stream().unwrap();
     let (pl, _galloc) = crate::test_placement(dev, &g);
-    let wave = |n: usize, s: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * s) % 83) as f32 / 41.0 - 1.0).collect()
-    };
     pl.tensor(&g, q)
         .unwrap()
-        .write_f32(&wave(d * nq * heads, 17))
+        .write_f32(&wave(d * nq * heads, 17, 41.0))
         .unwrap();
-    for (id, s, t) in [
-        (k, 19, DType::F16),
-        (v, 43, DType::F16),
-        (w, 29, DType::Q8_0),
-    ] {
-        let n = if id == w {
-            d * heads * m
-        } else {
-            d * nkv * heads
-        };
-        let rows = n / if id == w { d * heads } else { d };
-        let mut bytes = vec![0u8; t.row_size(n / rows).unwrap() * rows];
-        tessera::quant::from_f32(t, &wave(n, s), &mut bytes).unwrap();
-        pl.tensor(&g, id).unwrap().write(0, &bytes).unwrap();
-    }
-    crate::matvec_q8::force(Some(true));
-    let before = crate::batch::counts::now().0;
-    stream.compute(&g, &pl).unwrap();
-    let dispatches = crate::batch::counts::now().0 - before;
-    crate::matvec_q8::force(None);
+    write_quantized(&pl, &g, k, DType::F16, d, &wave(d * nkv * heads, 19, 41.0));
+    write_quantized(&pl, &g, v, DType::F16, d, &wave(d * nkv * heads, 43, 41.0));
+    write_quantized(
+        &pl,
+        &g,
+        w,
+        DType::Q8_0,
+        d * heads,
+        &wave(d * heads * m, 29, 41.0),
+    );
+    let dispatches = compute_counted(dev, &g, &pl);
     (pl.tensor(&g, p).unwrap().read_f32().unwrap(), dispatches)
 }
 

@@ -35,10 +35,7 @@ use crate::device::Core;
 use crate::encode::{Call, Operand};
 use crate::wgsl::Binding;
 
-const QUANT_ACT: &str = concat!(
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/quant_act.wgsl")
-);
+const QUANT_ACT: &str = include_str!("shaders/quant_act.wgsl");
 const MATVEC_Q8: [&str; 2] = [
     concat!(
         "const MQ_COLS: u32 = 1u;\n",

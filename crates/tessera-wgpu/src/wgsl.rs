@@ -27,7 +27,10 @@ use std::fmt::Write as _;
 use tessera::DType;
 
 /// The helpers shared by every kernel.
-pub(crate) const COMMON: &str = include_str!("shaders/common.wgsl");
+pub(crate) const COMMON: &str = concat!(
+    include_str!("shaders/common.wgsl"),
+    include_str!("shaders/q8_block.wgsl")
+);
 
 /// One storage binding of a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +167,16 @@ fn accessors(s: &mut String, slot: usize, b: &Binding) {
              {x}[w] = ({x}[w] & ~(0xffffu << sh)) | ((v & 0xffffu) << sh); }}\n\
              fn {x}_sb(b: u32, v: u32) {{ let sh = (b & 3u) << 3u; let w = b >> 2u; \
              {x}[w] = ({x}[w] & ~(0xffu << sh)) | ((v & 0xffu) << sh); }}"
+        );
+    }
+    if !b.vec4 && !b.read_only && !b.atomic {
+        // A Q8Block (q8_block.wgsl) stored: its words from word `w`, its
+        // pair at word `p`.
+        let _ = writeln!(
+            s,
+            "fn {x}_q8(w: u32, p: u32, q: Q8Block) {{ for (var i = 0u; i < 8u; i = i + 1u) {{ \
+             {x}_sw(w + i, q.words[i]); }} {x}_sw(p, bitcast<u32>(q.d)); \
+             {x}_sw(p + 1u, bitcast<u32>(q.ds)); }}"
         );
     }
     let _ = writeln!(

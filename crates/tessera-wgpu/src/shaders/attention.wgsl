@@ -244,14 +244,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var e = 0u; e < 32u; e = e + 1u) {
                 x[e] = d_ld(o + 4u * (32u * lid + e));
             }
-            let qb = q8_block(x);
-            let words = (P.iu2.y >> 2u) + 8u * j;
-            for (var w = 0u; w < 8u; w = w + 1u) {
-                s5_sw(words + w, qb.words[w]);
-            }
-            let pair = (P.iu2.z >> 2u) + 2u * j;
-            s5_sw(pair, bitcast<u32>(qb.d));
-            s5_sw(pair + 1u, bitcast<u32>(qb.ds));
+            s5_q8((P.iu2.y >> 2u) + 8u * j, (P.iu2.z >> 2u) + 2u * j, q8_block(x));
         }
     }
 }
@@ -282,19 +275,11 @@ fn fa_merge(l: u32, ih: u32, dv: u32, o: u32) {
         }
     }
     if (P.iu.w == 1u) {
-        let sk = s4_ld(P.iu2.x + ih * 4u);
-        if (!found) {
-            // No key: ggml's M = -inf, S = 0 give S = 1 and a zero row.
-            total = 1.0;
-        } else if (sk > mm) {
-            let ms = exp(mm - sk);
-            for (var c = 0u; c < 8u; c = c + 1u) {
-                out[c] = out[c] * ms;
-            }
-            total = total * ms + 1.0;
-        } else {
-            total = total + exp(sk - mm);
+        let f = fa_sink(s4_ld(P.iu2.x + ih * 4u), mm, found, total);
+        for (var c = 0u; c < 8u; c = c + 1u) {
+            out[c] = out[c] * f.x;
         }
+        total = f.y;
     }
     let inv = select(0.0, 1.0 / total, total != 0.0);
     for (var c = 0u; c < 8u; c = c + 1u) {

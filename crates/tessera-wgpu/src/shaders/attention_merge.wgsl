@@ -52,16 +52,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var scale_o = 1.0;
     if (P.iu.w == 1u) {
-        let sk = s1_ld(P.iu2.x + ih * 4u);
-        if (!seen) {
-            // No key: ggml's M = -inf, S = 0 give S = 1 and a zero row.
-            total = 1.0;
-        } else if (sk > m) {
-            scale_o = exp(m - sk);
-            total = total * scale_o + 1.0;
-        } else {
-            total = total + exp(sk - m);
-        }
+        let f = fa_sink(s1_ld(P.iu2.x + ih * 4u), m, seen, total);
+        scale_o = f.x;
+        total = f.y;
     }
     let inv = select(0.0, 1.0 / total, total != 0.0);
     let o = P.off.x + ih * P.nb_d.y + iq * P.nb_d.z + i3 * P.nb_d.w;
@@ -78,14 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var e = 0u; e < 32u; e = e + 1u) {
                 x[e] = am_row[32u * t + e];
             }
-            let qb = q8_block(x);
-            let words = (P.iu2.y >> 2u) + 8u * j;
-            for (var w = 0u; w < 8u; w = w + 1u) {
-                s0_sw(words + w, qb.words[w]);
-            }
-            let pair = (P.iu2.z >> 2u) + 2u * j;
-            s0_sw(pair, bitcast<u32>(qb.d));
-            s0_sw(pair + 1u, bitcast<u32>(qb.ds));
+            s0_q8((P.iu2.y >> 2u) + 8u * j, (P.iu2.z >> 2u) + 2u * j, q8_block(x));
         }
     }
 }

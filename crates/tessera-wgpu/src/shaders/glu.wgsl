@@ -27,14 +27,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var e = 0u; e < 32u; e = e + 1u) {
                 x[e] = glu_q[32u * lid.x + e];
             }
-            let q = q8_block(x);
-            let words = (P.iu2.x >> 2u) + 8u * j;
-            for (var w = 0u; w < 8u; w = w + 1u) {
-                s2_sw(words + w, q.words[w]);
-            }
-            let pair = (P.iu2.y >> 2u) + 2u * j;
-            s2_sw(pair, bitcast<u32>(q.d));
-            s2_sw(pair + 1u, bitcast<u32>(q.ds));
+            s2_q8((P.iu2.x >> 2u) + 8u * j, (P.iu2.y >> 2u) + 2u * j, q8_block(x));
         }
     }
 }

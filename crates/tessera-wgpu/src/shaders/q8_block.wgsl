@@ -1,8 +1,10 @@
 // q8_block.wgsl: 32 f32 values quantized for the integer matrix-vector
 // kernel (matvec_q8.wgsl), ggml's Q8_1: 32 signed bytes q = round(x / d)
 // with d = max |x| / 127, packed four to a word, and the pair (d, d * sum q).
-// Shared by quant_act.wgsl and the norm kernels that quantize their result
-// as they write it (rows.wgsl), so both give the same bytes.
+// Part of every kernel (wgsl.rs's COMMON), so that quant_act.wgsl and the
+// kernels that quantize their result as they write it (rows.wgsl,
+// glu.wgsl, the attention kernels) give the same bytes; each writable
+// binding X has X_q8(word, pair word, block) to store one.
 
 struct Q8Block {
     words: array<u32, 8>,

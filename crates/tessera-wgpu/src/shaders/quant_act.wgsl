@@ -21,12 +21,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = 0u; i < 32u; i = i + 1u) {
         x[i] = s0_ld(src + i * P.nb_0.x);
     }
-    let q = q8_block(x);
-    let words = (P.iu.x + c * k + 32u * b) >> 2u;
-    for (var w = 0u; w < 8u; w = w + 1u) {
-        d_sw(words + w, q.words[w]);
-    }
-    let pair = (P.iu.y >> 2u) + 2u * (c * nb + b);
-    d_sw(pair, bitcast<u32>(q.d));
-    d_sw(pair + 1u, bitcast<u32>(q.ds));
+    d_q8((P.iu.x + c * k + 32u * b) >> 2u, (P.iu.y >> 2u) + 2u * (c * nb + b), q8_block(x));
 }

@@ -66,14 +66,8 @@ fn quantize_row(l: u32, row: u32, n: u32) {
         for (var i = 0u; i < 32u; i = i + 1u) {
             x[i] = qrow[32u * b + i];
         }
-        let q = q8_block(x);
-        let words = (P.iu2.x + row * n + 32u * b) >> 2u;
-        for (var w = 0u; w < 8u; w = w + 1u) {
-            s4_sw(words + w, q.words[w]);
-        }
-        let pair = (P.iu2.y >> 2u) + 2u * (row * nb + b);
-        s4_sw(pair, bitcast<u32>(q.d));
-        s4_sw(pair + 1u, bitcast<u32>(q.ds));
+        s4_q8((P.iu2.x + row * n + 32u * b) >> 2u, (P.iu2.y >> 2u) + 2u * (row * nb + b),
+            q8_block(x));
     }
 }
 
