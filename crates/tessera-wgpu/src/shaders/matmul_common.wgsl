@@ -7,6 +7,15 @@ fn mm_a_base(i2: u32, i3: u32) -> u32 {
         + (i3 / (P.ne_1.w / P.ne_0.w)) * P.nb_0.w;
 }
 
+// The output tile of workgroup g, tiles of tm x tn: (tile row, tile column,
+// i2, i3) over dst's extents.
+fn mm_tile(g: u32, tm: u32, tn: u32) -> vec4<u32> {
+    let mt = (P.ne_d.x + tm - 1u) / tm;
+    let nt = (P.ne_d.y + tn - 1u) / tn;
+    let r = g / mt / nt;
+    return vec4<u32>(g % mt, (g / mt) % nt, r % P.ne_d.z, r / P.ne_d.z);
+}
+
 // Byte offset of the src1 matrix of dst batch (i2, i3).
 fn mm_b_base(i2: u32, i3: u32) -> u32 {
     return P.off.z + i2 * P.nb_1.z + i3 * P.nb_1.w;

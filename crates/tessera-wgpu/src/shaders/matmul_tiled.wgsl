@@ -24,14 +24,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let m = P.ne_d.x;
     let n = P.ne_d.y;
-    let mt = (m + TM - 1u) / TM;
-    let nt = (n + TN - 1u) / TN;
-    let tm = g % mt;
-    let r0 = g / mt;
-    let tn = r0 % nt;
-    let r = r0 / nt;
-    let i2 = r % P.ne_d.z;
-    let i3 = r / P.ne_d.z;
+    let tile = mm_tile(g, TM, TN);
+    let tm = tile.x;
+    let tn = tile.y;
+    let i2 = tile.z;
+    let i3 = tile.w;
     let a0 = mm_a_base(i2, i3);
     let b0 = mm_b_base(i2, i3);
     let k = P.ne_0.x;
