@@ -75,18 +75,20 @@ pub(crate) fn encode(
         1
     };
     let dv = v.layout.ne[0];
-    // The products that read the result find it quantized (rows of whole
-    // blocks: each workgroup quantizes the row it wrote).
-    let quant = q8
-        .as_ref()
-        .and_then(|q| q.plan_for(graph, id, id.index()))
-        .filter(|_| dv % 32 == 0);
+    // The parts' region first: the quantization's region is planned after
+    // it (past its end), so the merge never writes what it reads.
     let split = match q8.as_mut() {
         Some(q8) if parts > 1 => q8
             .reserve(partial_bytes(rows, parts, dv))
             .map(|base| (base, q8.operand())),
         _ => None,
     };
+    // The products that read the result find it quantized (rows of whole
+    // blocks: each workgroup quantizes the row it wrote).
+    let quant = q8
+        .as_ref()
+        .and_then(|q| q.plan_for(graph, id, id.index()))
+        .filter(|_| dv % 32 == 0);
     let mut call = call(dst, at)?;
     let body = if rows_kernel {
         ATTENTION_ROWS
@@ -252,8 +254,8 @@ pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usi
         }
         let p = parts(q.nrows(), k.ne[1]);
         if p > 1 {
-            // Each reservation starts at a multiple of 16.
-            total = total.saturating_add(partial_bytes(q.nrows(), p, v.ne[0]) + 16);
+            // Each reservation starts and ends at a multiple of 16.
+            total = total.saturating_add(partial_bytes(q.nrows(), p, v.ne[0]) + 32);
         }
     }
     total

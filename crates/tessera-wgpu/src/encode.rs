@@ -650,23 +650,25 @@ pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layou
 /// The call of ROPE of `a` at positions `pos` (frequency factors `ff`) into
 /// `dst`, and its work items. With `ids` (a SET_ROWS's row ids,
 /// [`crate::fuse_rope`]), row `i2` of the result goes to row `ids[i2]` of
-/// `dst` (byte stride `nb[2]` of `dst`'s layout).
+/// `dst` (byte stride `nb[2]` of `dst`'s layout; ids clamped into
+/// `ids_rows`, the rows `dst` has, as SET_ROWS clamps them).
 pub(crate) fn rope_call(
     dst: &Operand,
     [a, pos]: [&Operand; 2],
     ff: Option<&Operand>,
-    ids: Option<&Operand>,
+    ids: Option<(&Operand, usize)>,
     p: &tessera::RopeParams,
 ) -> Result<(Call, usize)> {
-    let mut call = Call::new(dst, &[Some(a), Some(pos), ff, ids])?;
+    let mut call = Call::new(dst, &[Some(a), Some(pos), ff, ids.map(|i| i.0)])?;
     call.pad_sources(4);
     let mode = p.mode.ggml_mode() as u32;
     let pairs = p.n_pairs() as u32;
     call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), pairs];
     if p.mode.is_multi() {
         call.params.iu2 = p.sections;
-    } else if ids.is_some() {
+    } else if let Some((_, rows)) = ids {
         call.params.iu2[0] = 1;
+        call.params.iu2[1] = crate::params::u32_of(rows, "the cache's rows")?;
     }
     let theta_scale = f64::from(p.freq_base).powf(-2.0 / p.n_dims as f64);
     let corr = yarn_corr_dims(p);

@@ -71,7 +71,10 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     let via_view = rows != id;
     if via_view {
         let v = graph.node(rows).ok()?;
+        // A view of the ROPE itself (not of another view of it, which
+        // could have readers of its own).
         let whole = v.op.is_view()
+            && v.src(0) == Some(id)
             && graph.memory_root(rows).ok()? == (id, 0)
             && v.layout.is_contiguous()
             && single(rows);
@@ -139,7 +142,8 @@ pub(crate) fn encode(
         nb: [nb0, nb0 * d, nb1, nb1 * tokens],
     };
     let dst = Operand { layout, ..cache };
-    let (call, items) = rope_call(&dst, [&a, &pos], ff.as_ref(), Some(&ids), &p)?;
+    let rows = cache.layout.ne[1];
+    let (call, items) = rope_call(&dst, [&a, &pos], ff.as_ref(), Some((&ids, rows)), &p)?;
     call.items(batch, core, "rope", ROPE, items)?;
     Ok(true)
 }
@@ -150,17 +154,21 @@ mod tests {
     use tessera::{DType, Graph, RopeMode, RopeParams, Stream};
 
     /// Keys [16 x 3 heads, 4 tokens] rotated (NeoX or normal) and stored
-    /// into rows 5, 0, 7, 2 of an F16 cache of 8 rows: one dispatch, the
+    /// into rows 5, -1, 9, 2 of an F16 cache of 8 rows (ids clamped into the
+    /// cache as SET_ROWS clamps them: rows 5, 0, 7, 2): one dispatch, the
     /// cache's bytes those of the separate ROPE and SET_ROWS (the ROPE's
     /// result made an output, which keeps them apart), rows not written
-    /// left as they were.
+    /// left as they were. Through two views, the first an output, the
+    /// nodes stay apart too (the output must be written).
     #[test]
     fn a_rope_stores_into_the_cache_rows_in_one_dispatch() {
         let Some(dev) = crate::test_device() else {
             return;
         };
         let (d, heads, tokens, slots) = (16, 3, 4, 8);
-        let run = |mode: RopeMode, apart: bool| -> (Vec<u8>, u64) {
+        // `apart`: 0 fused, 1 the ROPE an output, 2 two views, the first an
+        // output.
+        let run = |mode: RopeMode, apart: u8| -> (Vec<u8>, u64) {
             let mut g = Graph::new();
             let k = g.input("k", DType::F32, &[d * heads, tokens]).unwrap();
             let pos = g.input("pos", DType::I32, &[tokens]).unwrap();
@@ -170,11 +178,19 @@ mod tests {
             let r = g
                 .rope(k3, pos, None, RopeParams::new(d, mode, 10000.0))
                 .unwrap();
-            let k2 = g.reshape(r, &[d * heads, tokens]).unwrap();
+            let (k2, middle) = if apart == 2 {
+                let flat = g.reshape(r, &[d * heads * tokens]).unwrap();
+                (g.reshape(flat, &[d * heads, tokens]).unwrap(), Some(flat))
+            } else {
+                (g.reshape(r, &[d * heads, tokens]).unwrap(), None)
+            };
             let w = g.set_rows(cache, k2, at).unwrap();
             g.set_output(w).unwrap();
-            if apart {
+            if apart == 1 {
                 g.set_output(r).unwrap();
+            }
+            if let Some(m) = middle {
+                g.set_output(m).unwrap();
             }
             let stream = dev.new_wgpu_stream().unwrap();
             let (pl, _galloc) = crate::test_placement(&dev, &g);
@@ -187,7 +203,7 @@ mod tests {
                 .flat_map(|v| v.to_le_bytes())
                 .collect();
             pl.tensor(&g, pos).unwrap().write(0, &p).unwrap();
-            let a: Vec<u8> = [5i64, 0, 7, 2]
+            let a: Vec<u8> = [5i64, -1, 9, 2]
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect();
@@ -204,10 +220,13 @@ mod tests {
             (out, n)
         };
         for mode in [RopeMode::Normal, RopeMode::Neox] {
-            let (fused, n_fused) = run(mode, false);
-            let (apart, n_apart) = run(mode, true);
+            let (fused, n_fused) = run(mode, 0);
+            let (apart, n_apart) = run(mode, 1);
+            let (chained, n_chained) = run(mode, 2);
             assert_eq!(n_fused, 1, "{mode:?}: one dispatch");
             assert_eq!(n_apart, 2, "{mode:?}: ROPE, SET_ROWS");
+            assert_eq!(n_chained, 2, "{mode:?}: through an output view");
+            assert!(chained == apart, "{mode:?}: the cache through two views");
             assert!(fused == apart, "{mode:?}: the cache's bytes differ");
             let row = |r: usize| &fused[r * d * heads * 2..(r + 1) * d * heads * 2];
             let mut kept = vec![0u8; d * heads * 2];

@@ -116,9 +116,19 @@ pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usi
     if !enabled() {
         return 0;
     }
+    let nodes = &graph.nodes()[range];
+    // Nodes writing into another tensor's memory, per memory: each makes
+    // the quantizations read from it stale ([`Compute::written`]), and the
+    // next product quantizes again into a region of its own.
+    let mut writes: HashMap<TensorId, usize> = HashMap::new();
+    for node in nodes.iter().filter(|n| !n.op.is_view()) {
+        if let Some(root) = node.view_src {
+            *writes.entry(root).or_default() += 1;
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     let mut total = 0usize;
-    for node in &graph.nodes()[range] {
+    for node in nodes {
         let (Some(a), Some(b)) = (node.src(0), node.src(1)) else {
             continue;
         };
@@ -126,12 +136,17 @@ pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usi
             continue;
         }
         // One region per input that some product taken here reads (an input
-        // also read by products of other types counts once it is taken).
+        // also read by products of other types counts once it is taken),
+        // and one more for each write into its memory.
         if let (Ok(la), Ok(lb)) = (graph.layout(a), graph.layout(b))
             && takes(&la, &lb)
         {
             seen.insert(b);
-            total = total.saturating_add(region_bytes(lb.ne[0], lb.ne[1]).1);
+            let again = graph
+                .memory_root(b)
+                .map_or(0, |(root, _)| writes.get(&root).copied().unwrap_or(0));
+            let region = region_bytes(lb.ne[0], lb.ne[1]).1;
+            total = total.saturating_add(region.saturating_mul(1 + again));
         }
     }
     total
@@ -194,9 +209,31 @@ pub(crate) struct Compute {
     next: usize,
     /// The end of the compute's range of nodes.
     end: usize,
+    /// Every region handed out so far (tests check they are disjoint and
+    /// start at multiples of 16).
+    #[cfg(test)]
+    claimed: Vec<std::ops::Range<usize>>,
 }
 
 impl Compute {
+    /// Record region `at..at + bytes` as handed out (tests only: it must
+    /// not overlap another and must start at a multiple of 16).
+    #[cfg(test)]
+    fn claim(&mut self, at: usize, bytes: usize) {
+        let r = at..at + bytes;
+        assert!(at.is_multiple_of(16), "scratch region {r:?} is not aligned");
+        for c in &self.claimed {
+            assert!(
+                r.end <= c.start || c.end <= r.start,
+                "scratch regions {r:?} and {c:?} overlap"
+            );
+        }
+        self.claimed.push(r);
+    }
+
+    #[cfg(not(test))]
+    fn claim(&mut self, _at: usize, _bytes: usize) {}
+
     /// The state for a compute that needs `bytes` of `scratch` (`None` if
     /// none, or more than one binding can hold: the float kernels then).
     pub(crate) fn new(
@@ -215,6 +252,8 @@ impl Compute {
             at: HashMap::new(),
             next: 0,
             end,
+            #[cfg(test)]
+            claimed: Vec::new(),
         }))
     }
 
@@ -269,11 +308,13 @@ impl Compute {
         let b = *readers.first()?;
         let lb = graph.layout(b).ok()?;
         let (pairs_at, bytes) = region_bytes(lb.ne[0], lb.ne[1]);
-        let fits = self.next.saturating_add(bytes) <= self.size;
+        // Regions start at multiples of 16 (the products read by vectors).
+        let base = self.next.next_multiple_of(16);
+        let fits = base.saturating_add(bytes) <= self.size;
         fits.then(|| Quantized {
             scratch: self.buffer.clone(),
-            base: self.next,
-            pairs: self.next + pairs_at,
+            base,
+            pairs: base + pairs_at,
             bytes,
             readers,
         })
@@ -285,7 +326,8 @@ impl Compute {
         for &r in &q.readers {
             self.at.insert(r, (q.base, root));
         }
-        self.next = q.base + q.bytes;
+        self.claim(q.base, q.bytes);
+        self.next = self.next.max(q.base + q.bytes);
     }
 
     /// `bytes` of the scratch for another kernel's own use in this compute
@@ -293,8 +335,9 @@ impl Compute {
     /// offset, or `None` where they do not fit.
     pub(crate) fn reserve(&mut self, bytes: usize) -> Option<usize> {
         let at = self.next.next_multiple_of(16);
-        let end = at.checked_add(bytes)?;
+        let end = at.checked_add(bytes)?.next_multiple_of(16);
         (end <= self.size).then(|| {
+            self.claim(at, bytes);
             self.next = end;
             at
         })
@@ -364,14 +407,16 @@ pub(crate) fn encode(
     let base = match state.at.get(&b_id) {
         Some(&(base, _)) => base,
         None => {
-            let base = state.next;
+            // Regions start at multiples of 16 (read by vectors).
+            let base = state.next.next_multiple_of(16);
             if base.saturating_add(bytes) > state.size {
                 return Err(tessera::Error::device(
                     &core.name,
                     "the activation scratch is smaller than its plan",
                 ));
             }
-            state.next += bytes;
+            state.claim(base, bytes);
+            state.next = base + bytes;
             let mut call = Call::new(&scratch, &[Some(b)])?;
             call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, 0, 0];
             call.items(batch, core, "quant_act", QUANT_ACT, k / 32 * cols)?;

@@ -8,7 +8,8 @@
 // the magnitude scale used when ext_factor != 0. Positions: src1 (I32).
 // iu2.x = 1 in the single-section modes (ROPE + SET_ROWS, fuse_rope.rs):
 // row i2 of the result goes to row ids[i2] of d (ids: src3, I32 or I64,
-// stride nb_d.z), converted to d's type as SET_ROWS would.
+// stride nb_d.z; clamped into d's iu2.y rows as SET_ROWS clamps them),
+// converted to d's type as SET_ROWS would.
 
 const TWO_PI_HI: f32 = 6.28318548202514648;
 const TWO_PI_LO: f32 = -1.7484556000744487e-7;
@@ -86,7 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
     var dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
     if (P.iu.y < 8u && P.iu2.x == 1u) {
-        let to = u32(s3_ldi(P.off2.x + i2 * P.nb_3.x));
+        let to = u32(clamp(s3_ldi(P.off2.x + i2 * P.nb_3.x), 0, i32(max(P.iu2.y, 1u)) - 1));
         dst = P.off.x + i1 * P.nb_d.y + to * P.nb_d.z;
     }
     if (slot >= half_dims) {
