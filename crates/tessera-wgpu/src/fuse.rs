@@ -97,7 +97,7 @@ fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<R
         return None;
     }
     // The next node that computes something (leaves and views do not).
-    let j = (id.index() + 1..end).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())?;
+    let j = next_computing(graph, id, end)?;
     let mul = &nodes[j];
     if mul.op != Op::Mul
         || mul.src(0) != Some(id)
@@ -193,7 +193,7 @@ fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Opti
     {
         return None;
     }
-    let j = (id.index() + 1..end).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())?;
+    let j = next_computing(graph, id, end)?;
     let norm = TensorId::from_index(j as u32);
     if nodes[j].src(0) != Some(id) {
         return None;
@@ -207,22 +207,31 @@ fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Opti
     })
 }
 
-/// Byte range of an operand in its buffer.
-pub(crate) fn span(o: &Operand) -> Result<std::ops::Range<usize>> {
-    o.layout
-        .checked_nbytes()
-        .map(|n| o.offset..o.offset.saturating_add(n))
+/// The first node after `id` and before `end` that computes something
+/// (leaves and views do not), where a fused run's next node must be.
+pub(crate) fn next_computing(graph: &Graph, id: TensorId, end: usize) -> Option<usize> {
+    let nodes = graph.nodes();
+    (id.index() + 1..end.min(nodes.len())).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())
+}
+
+/// Whether two operands share bytes of one buffer.
+pub(crate) fn overlap(a: &Operand, b: &Operand) -> Result<bool> {
+    if a.buffer != b.buffer {
+        return Ok(false);
+    }
+    let span = |o: &Operand| {
+        o.layout
+            .checked_nbytes()
+            .map(|n| o.offset..o.offset.saturating_add(n))
+    };
+    let (x, y) = (span(a)?, span(b)?);
+    Ok(x.start < y.end && y.start < x.end)
 }
 
 /// Whether `out` may be written while `inp` is read, row by row: other
 /// buffers, no overlap, or exactly in place.
 fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
-    if out.buffer != inp.buffer {
-        return Ok(true);
-    }
-    let (a, b) = (span(out)?, span(inp)?);
-    let overlap = a.start < b.end && b.start < a.end;
-    Ok(!overlap || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
+    Ok(!overlap(out, inp)? || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
 }
 
 /// The call of ADD, RMS_NORM and MUL ([`encode`]; the sum is stored in
@@ -262,10 +271,7 @@ fn add_norm_mul_call(
             return Ok(None);
         }
     }
-    if dst.buffer == h.buffer
-        && span(&dst)?.start < span(&h)?.end
-        && span(&h)?.start < span(&dst)?.end
-    {
+    if overlap(&dst, &h)? {
         return Ok(None);
     }
     let mut call = Call::new(&dst, &[Some(&a), Some(&b), Some(&w), Some(&h)])?;

@@ -23,7 +23,7 @@ use tessera::{DType, Flags, Graph, Layout, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::{Operand, ROPE, operand, rope_call};
-use crate::fuse::span;
+use crate::fuse::{next_computing, overlap};
 
 /// A ROPE and the SET_ROWS that stores its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     if !single(id) {
         return None;
     }
-    let j = (id.index() + 1..end).find(|&j| !nodes[j].is_leaf() && !nodes[j].op.is_view())?;
+    let j = next_computing(graph, id, end)?;
     let set = &nodes[j];
     let rows = set.src(1)?;
     // The SET_ROWS reads the ROPE, or one view of all of it.
@@ -126,11 +126,8 @@ pub(crate) fn encode(
     else {
         return Ok(false);
     };
-    if cache.buffer == a.buffer {
-        let (c, x) = (span(&cache)?, span(&a)?);
-        if c.start < x.end && x.start < c.end {
-            return Ok(false);
-        }
+    if overlap(&cache, &a)? {
+        return Ok(false);
     }
     // The ROPE's result as it lies in the cache: element i0 of head i1 of
     // token i2 at row ids[i2] (the stride nb[2]), column i1 d + i0.

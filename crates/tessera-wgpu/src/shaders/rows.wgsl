@@ -56,6 +56,15 @@ fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
 // The row being written, for quantize_row (rows of at most 2048 values).
 var<workgroup> qrow: array<f32, 2048>;
 
+// Result i of a fused norm (modes 6, 7) at byte `at`, kept for
+// quantize_row when the row is quantized.
+fn norm_out(at: u32, i: u32, v: f32) {
+    d_st(at, v);
+    if (P.iu2.z == 1u) {
+        qrow[i] = v;
+    }
+}
+
 // Quantize row `row` of the destination, its values in `qrow` (see the
 // header; called in uniform control flow).
 fn quantize_row(l: u32, row: u32, n: u32) {
@@ -172,11 +181,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_2.w) * P.nb_2.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s3_ld(h_row + i * P.nb_3.x) * scale;
-            let v = y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x);
-            d_st(d_row + i * P.nb_d.x, v);
-            if (P.iu2.z == 1u) {
-                qrow[i] = v;
-            }
+            norm_out(d_row + i * P.nb_d.x, i, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
         }
         if (P.iu2.z == 1u) {
             quantize_row(l, row, n);
@@ -216,11 +221,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_1.w) * P.nb_1.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s0_ld(x_row + i * P.nb_0.x) * scale;
-            let v = y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x);
-            d_st(d_row + i * P.nb_d.x, v);
-            if (P.iu2.z == 1u) {
-                qrow[i] = v;
-            }
+            norm_out(d_row + i * P.nb_d.x, i, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
         }
         if (P.iu2.z == 1u) {
             quantize_row(l, row, n);
