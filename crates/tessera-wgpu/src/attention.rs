@@ -87,7 +87,7 @@ pub(crate) fn encode(
     // blocks: each workgroup quantizes the row it wrote).
     let quant = q8
         .as_ref()
-        .and_then(|q| q.plan_for(graph, id, id.index()))
+        .and_then(|q| q.plan_for(graph, id))
         .filter(|_| dv % 32 == 0);
     let mut call = call(dst, at)?;
     let body = if rows_kernel {

@@ -56,7 +56,7 @@ pub(crate) fn compute(
     let counts = graph.use_counts();
     let q8_bytes = matvec_q8::scratch_bytes(graph, start..end)
         .saturating_add(crate::attention::scratch_bytes(graph, start..end));
-    let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, end)?;
+    let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, graph, start..end)?;
     // Nodes already recorded with a node before them (crate::fuse).
     let mut fused: [Option<TensorId>; 2] = [None; 2];
     for id in ids() {
@@ -91,7 +91,7 @@ pub(crate) fn compute(
             let quant = q8
                 .as_ref()
                 .filter(|_| whole_blocks)
-                .and_then(|q| q.plan_for(graph, run.result(), id.index()));
+                .and_then(|q| q.plan_for(graph, run.result()));
             if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())
                 .map_err(|e| annotate(e, graph, id))?
             {

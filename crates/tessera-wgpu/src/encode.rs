@@ -493,7 +493,7 @@ pub(crate) fn encode_node(
                 0,
             ];
             // The products that read the result find it quantized.
-            let quant = q8.as_ref().and_then(|q| q.plan_for(graph, id, id.index()));
+            let quant = q8.as_ref().and_then(|q| q.plan_for(graph, id));
             match (&quant, q8) {
                 (Some(q), Some(q8)) => {
                     q.bind(&mut call, 2, 0)?;

@@ -207,8 +207,12 @@ pub(crate) struct Compute {
     size: usize,
     at: HashMap<TensorId, (usize, TensorId)>,
     next: usize,
-    /// The end of the compute's range of nodes.
-    end: usize,
+    /// The inputs of the range's integer products, by the tensor whose
+    /// memory they are at its first byte (themselves, or the tensor a view
+    /// of them starts): where a node that computes a tensor finds the
+    /// products that could read its quantization ([`Compute::plan_for`]),
+    /// without scanning the graph for each.
+    readers: HashMap<TensorId, Vec<TensorId>>,
     /// Every region handed out so far (tests check they are disjoint and
     /// start at multiples of 16).
     #[cfg(test)]
@@ -240,18 +244,39 @@ impl Compute {
         scratch: &mut Scratch,
         core: &Arc<Core>,
         bytes: usize,
-        end: usize,
+        graph: &Graph,
+        range: std::ops::Range<usize>,
     ) -> Result<Option<Self>> {
         if bytes == 0 || bytes > core.max_buffer {
             return Ok(None);
         }
         let buffer = scratch.ensure(core, bytes)?;
+        let mut readers: HashMap<TensorId, Vec<TensorId>> = HashMap::new();
+        for n in graph.nodes().get(range).unwrap_or_default() {
+            let (Some(a), Some(b)) = (n.src(0), n.src(1)) else {
+                continue;
+            };
+            let (Ok(la), Ok(lb)) = (graph.layout(a), graph.layout(b)) else {
+                continue;
+            };
+            if n.op != Op::MulMat || !takes(&la, &lb) {
+                continue;
+            }
+            let key = match graph.memory_root(b) {
+                Ok((root, 0)) if graph.node(b).is_ok_and(|v| v.op.is_view()) => root,
+                _ => b,
+            };
+            let list = readers.entry(key).or_default();
+            if !list.contains(&b) {
+                list.push(b);
+            }
+        }
         Ok(Some(Compute {
             size: buffer.size() as usize,
             buffer,
             at: HashMap::new(),
             next: 0,
-            end,
+            readers,
             #[cfg(test)]
             claimed: Vec::new(),
         }))
@@ -266,13 +291,13 @@ impl Compute {
 
     /// Where the quantization of `t` would go if the node that computes it
     /// writes it too ([`crate::fuse`]'s norms, GLU, FLASH_ATTN_EXT): `None`
-    /// unless a later product of the compute's nodes from `from` takes as
-    /// its activations `t` or a view of all of it as it lies (contiguous,
+    /// unless a product of the compute's nodes (all after `t`'s, the graph
+    /// being in order) takes as its activations `t` or a view of all of it as it lies (contiguous,
     /// from byte 0), `t` is contiguous F32, not quantized yet, and its
     /// region fits. The quantization is then by blocks of 32 values in
     /// `t`'s order (block j's bytes at byte `base + 32 j`, its pair at
     /// `pairs + 8 j`), which is what every such product reads.
-    pub(crate) fn plan_for(&self, graph: &Graph, t: TensorId, from: usize) -> Option<Quantized> {
+    pub(crate) fn plan_for(&self, graph: &Graph, t: TensorId) -> Option<Quantized> {
         if !fuse_enabled() || self.at.contains_key(&t) {
             return None;
         }
@@ -280,31 +305,20 @@ impl Compute {
         if lt.dtype != DType::F32 || !lt.is_contiguous() {
             return None;
         }
-        let whole = |v: TensorId| -> Option<Layout> {
-            if v == t {
-                return Some(lt);
-            }
-            let n = graph.node(v).ok()?;
-            let same = n.op.is_view()
-                && graph.memory_root(v).ok()? == (t, 0)
-                && n.layout.is_contiguous()
-                && n.layout.nelements() == lt.nelements();
-            same.then_some(n.layout)
+        // `t` itself, or views of all of it as it lies.
+        let whole = |v: &TensorId| {
+            *v == t
+                || graph
+                    .layout(*v)
+                    .is_ok_and(|lv| lv.is_contiguous() && lv.nelements() == lt.nelements())
         };
-        let mut readers = Vec::new();
-        for n in graph.nodes().get(from..self.end)? {
-            let (Some(a), Some(b)) = (n.src(0), n.src(1)) else {
-                continue;
-            };
-            if n.op != Op::MulMat || readers.contains(&b) {
-                continue;
-            }
-            if let (Ok(la), Some(lb)) = (graph.layout(a), whole(b))
-                && takes(&la, &lb)
-            {
-                readers.push(b);
-            }
-        }
+        let readers: Vec<TensorId> = self
+            .readers
+            .get(&t)?
+            .iter()
+            .copied()
+            .filter(whole)
+            .collect();
         let b = *readers.first()?;
         let lb = graph.layout(b).ok()?;
         let (pairs_at, bytes) = region_bytes(lb.ne[0], lb.ne[1]);
