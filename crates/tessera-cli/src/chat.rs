@@ -62,7 +62,7 @@ pub fn run(args: &ChatArgs) -> Result<ExitCode> {
         ..SessionOptions::default()
     };
     let (map, plan) = llm::place(&args.model, &file, &mut devs, &options)?;
-    let model = llm::load_model(file, &map)?;
+    let model = llm::load_model(file, &map, &args.model)?;
     let template = match &args.chat_template {
         Some(path) => {
             let source = std::fs::read_to_string(path)

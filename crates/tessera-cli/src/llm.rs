@@ -11,7 +11,10 @@ use tessera::{Device, Error, Registry, Result, Stream, StreamOptions};
 use tessera_gguf::GgufFile;
 use tessera_llm::fetch::{self, DEFAULT_MODEL};
 use tessera_llm::fit::{self, DevicePlan, FitPlan};
-use tessera_llm::{LayerMap, Model, Params, SamplingOptions, Session, SessionOptions, SplitFit};
+use tessera_llm::weights::WeightPlacement;
+use tessera_llm::{
+    LayerMap, Model, Params, Repacked, SamplingOptions, Session, SessionOptions, SplitFit,
+};
 use tessera_meta::{MetaDevice, MetaOptions, SplitPolicy};
 
 /// Where the model comes from and where it runs.
@@ -65,6 +68,12 @@ pub struct ModelArgs {
     /// (Tessera's extension: `tessera rpc-server --psk-file`).
     #[arg(long, requires = "rpc")]
     pub rpc_psk_file: Option<PathBuf>,
+    /// Keep the CPU's weights in the file's layout instead of repacking
+    /// Q4_0 matrices into the layout of the CPU's matrix kernels
+    /// (buffer type CPU_REPACK, on CPUs with AVX-512 VNNI; as llama.cpp's
+    /// `--no-repack`). Repacked weights are copies, not views of the file.
+    #[arg(long)]
+    pub no_repack: bool,
 }
 
 impl ModelArgs {
@@ -405,11 +414,13 @@ pub fn open_model(args: &ModelArgs) -> Result<(GgufFile, Devices)> {
 
 /// Load `file`'s weights where `map` says (progress bar on stderr for
 /// uploads that take over a second, when stderr is a terminal).
-pub fn load_model(file: GgufFile, map: &LayerMap) -> Result<Arc<Model>> {
+pub fn load_model(file: GgufFile, map: &LayerMap, args: &ModelArgs) -> Result<Arc<Model>> {
     let bar = ProgressBar::hidden();
     let start = std::time::Instant::now();
     let mut shown = false;
-    let model = Model::load(file, map, &mut |done, total| {
+    let repacked = Repacked(map.clone());
+    let place: &dyn WeightPlacement = if args.no_repack { map } else { &repacked };
+    let model = Model::load(file, place, &mut |done, total| {
         if !shown && start.elapsed().as_secs_f32() > 1.0 && console_is_terminal() {
             bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             bar.set_length(total);
@@ -435,7 +446,7 @@ pub fn load(
 ) -> Result<(Arc<Model>, Devices, LayerMap, Option<Plan>)> {
     let (file, mut devs) = open_model(args)?;
     let (map, plan) = place(args, &file, &mut devs, options)?;
-    let model = load_model(file, &map)?;
+    let model = load_model(file, &map, args)?;
     Ok((model, devs, map, plan))
 }
 

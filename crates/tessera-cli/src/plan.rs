@@ -209,6 +209,7 @@ fn run_model(args: &PlanArgs, model: &std::path::Path) -> Result<ExitCode> {
         rpc: Vec::new(),
         rpc_ca: None,
         rpc_psk_file: None,
+        no_repack: false,
     };
     let options = tessera_llm::SessionOptions {
         n_ctx: args.tokens.max(1),

@@ -54,7 +54,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ..SessionOptions::default()
     };
     let (map, plan) = llm::place(&args.model, &file, &mut devs, &options)?;
-    let model = llm::load_model(file, &map)?;
+    let model = llm::load_model(file, &map, &args.model)?;
     let mut session = Session::new(model.clone(), devs.streams.clone(), options)?;
     if let Some(plan) = &plan {
         llm::report_fit(plan, &mut session)?;

@@ -20,6 +20,8 @@ const M: usize = 4096;
 const K: usize = 14336;
 const THREADS: usize = 2;
 const NS: [usize; 7] = [2, 4, 8, 16, 32, 64, 512];
+/// Columns for repacked weights (every product takes the GEMM).
+const NS_REPACK: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 512];
 
 fn main() {
     divan::main();
@@ -27,11 +29,12 @@ fn main() {
 
 /// Weights of type `t` [K, M] in a host buffer: 64 random rows (quantized
 /// with the reference quantizer) repeated, built once per type.
-fn weights(t: DType) -> Arc<dyn Buffer> {
-    static CACHE: OnceLock<Mutex<HashMap<DType, Arc<dyn Buffer>>>> = OnceLock::new();
+fn weights(t: DType, repack: bool) -> Arc<dyn Buffer> {
+    type Cache = Mutex<HashMap<(DType, bool), Arc<dyn Buffer>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
     cache
-        .entry(t)
+        .entry((t, repack))
         .or_insert_with(|| {
             let row = t.row_size(K).unwrap();
             let mut seed = 0x1234_5678_u64;
@@ -50,10 +53,15 @@ fn weights(t: DType) -> Arc<dyn Buffer> {
                     out
                 })
                 .collect();
-            let buffer = tessera_cpu::device()
-                .buffer_type()
-                .alloc_buffer(row * M)
-                .unwrap();
+            let device = tessera_cpu::device();
+            let buft = if repack {
+                device.extra_buffer_types().remove(0)
+            } else {
+                device.buffer_type()
+            };
+            let buffer = buft.alloc_buffer(row * M).unwrap();
+            let layout = tessera::Layout::contiguous(t, &[K, M]).unwrap();
+            buffer.init_tensor(&layout, 0).unwrap();
             for i in 0..M {
                 buffer.write(i * row, &pool[i % 64]).unwrap();
             }
@@ -73,6 +81,10 @@ fn stream() -> &'static Arc<dyn Stream> {
 
 /// One MUL_MAT of `t` weights by `n` columns; `gemm` picks the path.
 fn run(bencher: divan::Bencher, t: DType, n: usize, gemm: bool) {
+    run_on(bencher, t, n, gemm, false)
+}
+
+fn run_on(bencher: divan::Bencher, t: DType, n: usize, gemm: bool, repack: bool) {
     tessera_cpu::tuning::set_gemm_min_cols(Some(if gemm { 1 } else { usize::MAX }));
     let mut g = Graph::new();
     let a = g.new_tensor(t, &[K, M]).unwrap();
@@ -88,7 +100,11 @@ fn run(bencher: divan::Bencher, t: DType, n: usize, gemm: bool) {
     io.write(0, &values).unwrap();
     let mut p = Placement::new(&g);
     let d_offset = (K * n * 4).div_ceil(64) * 64;
-    for (id, buffer, offset) in [(a, weights(t), 0), (b, io.clone(), 0), (d, io, d_offset)] {
+    for (id, buffer, offset) in [
+        (a, weights(t, repack), 0),
+        (b, io.clone(), 0),
+        (d, io, d_offset),
+    ] {
         p.set(&g, id, Place { buffer, offset }).unwrap();
     }
     let s = stream();
@@ -123,3 +139,14 @@ type_benches!(q8_0, DType::Q8_0);
 type_benches!(q4_0, DType::Q4_0);
 type_benches!(q4_k, DType::Q4K);
 type_benches!(q6_k, DType::Q6K);
+
+/// Q4_0 weights in the CPU_REPACK buffer type (`tessera_cpu::repack`):
+/// every column count takes the GEMM, reading the weights where they lie.
+mod q4_0_repacked {
+    use super::*;
+
+    #[divan::bench(args = NS_REPACK, sample_count = 3, sample_size = 1)]
+    fn gemm(bencher: divan::Bencher, n: usize) {
+        run_on(bencher, DType::Q4_0, n, true, true);
+    }
+}

@@ -16,6 +16,7 @@ use tessera::{
 };
 
 use crate::event::CpuEvent;
+use crate::repack::RepackBufferType;
 use crate::stream::CpuStream;
 use crate::{support, sysinfo};
 
@@ -24,6 +25,7 @@ use crate::{support, sysinfo};
 pub struct CpuDevice {
     description: String,
     buft: Arc<HostBufferType>,
+    repack: Arc<RepackBufferType>,
     me: Weak<CpuDevice>,
 }
 
@@ -35,7 +37,8 @@ impl CpuDevice {
             let as_dyn: Weak<dyn Device> = me.clone();
             CpuDevice {
                 description: sysinfo::cpu_description(),
-                buft: HostBufferType::new("CPU", usize::MAX, Some(as_dyn)),
+                buft: HostBufferType::new("CPU", usize::MAX, Some(as_dyn.clone())),
+                repack: RepackBufferType::new(Some(as_dyn)),
                 me: me.clone(),
             }
         })
@@ -96,6 +99,19 @@ impl Device for CpuDevice {
         self.buft.clone()
     }
 
+    /// `CPU_REPACK` ([`crate::repack`]): weights stored in the layout of
+    /// the matrix kernels, on CPUs whose kernels read that layout fast
+    /// (AVX-512 VNNI; elsewhere only portable kernels would, so weights
+    /// keep the file's layout). A process limited to AVX2 by
+    /// `TESSERA_CPU_ISA` gets none either.
+    fn extra_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
+        if crate::isa::Isa::from_env().has_avx512() {
+            vec![self.repack.clone()]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn buffer_from_host_memory(
         &self,
         memory: HostMemory,
@@ -111,7 +127,7 @@ impl Device for CpuDevice {
     }
 
     fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
-        buft.is_host()
+        buft.is_host() || buft.as_any().is::<RepackBufferType>()
     }
 
     fn new_event(&self) -> Result<Arc<dyn Event>> {

@@ -46,6 +46,7 @@ use profile::{Profiler, Stopwatch};
 use crate::isa::Isa;
 use crate::kernels::{self, KernelFn, NodeCtx, Scratch, TensorRef};
 use crate::pool::{Barrier, MAX_THREADS, ThreadPool, WorkerCtx};
+use crate::repack::Packing;
 use crate::resolve::{Cache, PlanCache, SaneCache, check_overlap, check_writable, tensor_id};
 use crate::support;
 
@@ -164,7 +165,7 @@ pub(crate) struct Executor {
     /// Each tensor's pointer and byte span, resolved once per compute
     /// (indexed by id), valid when stamped with the current `generation`
     /// (so the cache is never cleared, only grown).
-    resolved: Vec<(u64, usize, usize)>,
+    resolved: Vec<(u64, usize, usize, Packing)>,
     /// Per tensor id: the `generation` in which its layout passed
     /// `support::sane`.
     sane: Vec<u64>,
@@ -401,7 +402,8 @@ impl Executor {
         self.plan.clear();
         self.operands.clear();
         if self.resolved.len() < graph.len() {
-            self.resolved.resize(graph.len(), (0, 0, 0));
+            self.resolved
+                .resize(graph.len(), (0, 0, 0, Packing::Standard));
         }
         let mut cache = Cache {
             slots: &mut self.resolved,
@@ -420,6 +422,9 @@ impl Executor {
             if dst.layout.nelements() == 0 {
                 continue;
             }
+            if dst.packing != Packing::Standard {
+                return Err(repacked_operand(graph, id, "its result"));
+            }
             let first_operand = self.operands.len();
             let mut operand_mask = 0u8;
             let mut layouts = [None; MAX_SRC];
@@ -427,6 +432,15 @@ impl Executor {
             for (i, s) in node.srcs.iter().enumerate() {
                 let Some(s) = s else { continue };
                 let (r, r_bytes) = cache.resolve(graph, placement, *s)?;
+                if r.packing != Packing::Standard {
+                    if !matches!(node.op, Op::MulMat) || i != 0 {
+                        return Err(repacked_operand(graph, id, &format!("operand {i}")));
+                    }
+                    if let Some(b) = node.srcs[1].and_then(|b| graph.nodes().get(b.index())) {
+                        let need = kernels::packed_scratch_size(&r.layout, &b.layout, nth);
+                        scratch = scratch.max(need);
+                    }
+                }
                 check_overlap(graph, id, i, (&dst, dst_bytes), (&r, r_bytes))?;
                 self.operands.push(r);
                 operand_mask |= 1 << i;
@@ -595,3 +609,15 @@ fn run_node(
 
 #[cfg(test)]
 mod tests;
+
+/// The error for a repacked tensor ([`crate::repack`]) where only MUL_MAT's
+/// weights may be one.
+fn repacked_operand(graph: &Graph, id: tessera::TensorId, what: &str) -> Error {
+    Error::unsupported(
+        "CPU",
+        format!(
+            "{}: {what} is stored repacked (buffer type CPU_REPACK), which only MUL_MAT's weights (operand 0) may be",
+            graph.describe_node(id)
+        ),
+    )
+}

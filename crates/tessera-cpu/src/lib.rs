@@ -14,7 +14,9 @@
 //!   vouches for): one module per op family, ggml's semantics;
 //! - [`isa`]: the instruction set chosen at run time;
 //! - [`machine`]: which CPU this is (vendor, microarchitecture);
-//! - [`tuning`]: per-machine kernel choices and knobs for benchmarks.
+//! - [`tuning`]: per-machine kernel choices and knobs for benchmarks;
+//! - [`repack`]: the `CPU_REPACK` buffer type, weights stored in the
+//!   layout the matrix kernels read.
 //!
 //! The kernels and their raw pointers are not reachable from outside the
 //! crate (a safe caller could otherwise hand them a dangling pointer):
@@ -33,6 +35,7 @@ mod kernel_tests;
 mod kernels;
 pub mod machine;
 mod pool;
+pub mod repack;
 mod resolve;
 pub mod stream;
 pub mod support;

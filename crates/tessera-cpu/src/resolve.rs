@@ -21,12 +21,25 @@ use tessera::{
 
 use crate::kernels::TensorRef;
 use crate::kernels::elem::elem_align;
+use crate::repack::{Packing, RepackBuffer};
 use crate::support;
 
 /// A type aligned like every element type (and a cache line), for the
 /// dangling pointer of an empty tensor.
 #[repr(align(64))]
 struct Aligned64;
+
+/// The host memory of `buffer` as the CPU's kernels address it: a host
+/// buffer's region, or a [`RepackBuffer`]'s (whose tensors the executor
+/// reads with their [`Packing`]).
+pub(crate) fn cpu_region(buffer: &dyn Buffer) -> Option<HostRegion<'_>> {
+    buffer.host_region().or_else(|| {
+        buffer
+            .as_any()
+            .downcast_ref::<RepackBuffer>()
+            .and_then(RepackBuffer::region)
+    })
+}
 
 /// Check that the result's buffer accepts writes (a read-only file mapping
 /// does not), so a wrong placement is an error, not a fault.
@@ -76,8 +89,8 @@ impl support::SaneMemo for SaneCache<'_> {
 /// [`resolve`], remembered for the current compute (a tensor is the result
 /// of one node and the operand of others).
 pub(crate) struct Cache<'a> {
-    /// (generation, pointer, byte span) per tensor id.
-    pub(crate) slots: &'a mut [(u64, usize, usize)],
+    /// (generation, pointer, byte span, packing) per tensor id.
+    pub(crate) slots: &'a mut [(u64, usize, usize, Packing)],
     pub(crate) generation: u64,
 }
 
@@ -88,19 +101,20 @@ impl Cache<'_> {
         placement: &Placement,
         id: TensorId,
     ) -> Result<(TensorRef, usize)> {
-        if let (Some(&(g, ptr, n)), Some(node)) =
+        if let (Some(&(g, ptr, n, packing)), Some(node)) =
             (self.slots.get(id.index()), graph.nodes().get(id.index()))
             && g == self.generation
         {
             let r = TensorRef {
                 ptr: std::ptr::with_exposed_provenance_mut(ptr),
                 layout: node.layout,
+                packing,
             };
             return Ok((r, n));
         }
         let (r, n) = resolve(graph, placement, id)?;
         if let Some(slot) = self.slots.get_mut(id.index()) {
-            *slot = (self.generation, r.ptr.expose_provenance(), n);
+            *slot = (self.generation, r.ptr.expose_provenance(), n, r.packing);
         }
         Ok((r, n))
     }
@@ -127,11 +141,12 @@ fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(Tensor
         None => layout.checked_nbytes()?,
     };
     let buffer = &place.buffer;
+    let mut packing = Packing::Standard;
     let ptr = if nbytes == 0 {
         // Nothing is read or written through an empty tensor's pointer.
         NonNull::<Aligned64>::dangling().as_ptr() as *mut u8
     } else {
-        let region = buffer.host_region().ok_or_else(|| {
+        let region = cpu_region(buffer.as_ref()).ok_or_else(|| {
             Error::unsupported(
                 "CPU",
                 format!(
@@ -144,6 +159,9 @@ fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(Tensor
         // Bounds against the region the buffer vouches for (not `size()`,
         // which a buffer implementation could get wrong in safe code).
         check_range(buffer.name(), region.len(), place.offset, nbytes)?;
+        if let Some(r) = buffer.as_any().downcast_ref::<RepackBuffer>() {
+            packing = r.packing_of(place.offset, &layout, nbytes)?;
+        }
         // SAFETY: `offset + nbytes <= region.len()` was checked just above,
         // so the pointer stays inside the region's memory. Kernels access it
         // only while the executor holds the region's lock (see
@@ -161,7 +179,14 @@ fn resolve(graph: &Graph, placement: &Placement, id: TensorId) -> Result<(Tensor
             layout.dtype
         )));
     }
-    Ok((TensorRef { ptr, layout }, nbytes))
+    Ok((
+        TensorRef {
+            ptr,
+            layout,
+            packing,
+        },
+        nbytes,
+    ))
 }
 
 /// `Err` if the result of node `id` overlaps operand `i` in a way the
@@ -283,7 +308,7 @@ impl PlanCache {
             .iter()
             .filter_map(|&(id, write)| {
                 let place = placement.get(TensorId::from_index(id))?;
-                Some((place.buffer.host_region()?, write))
+                Some((cpu_region(place.buffer.as_ref())?, write))
             })
             .collect()
     }
@@ -325,7 +350,7 @@ impl PlanCache {
         }
         self.buffers.iter().all(|(b, len, ptr, writable)| {
             b.upgrade().is_some_and(|b| {
-                let region = b.host_region();
+                let region = cpu_region(b.as_ref());
                 region.map_or(0, |r| r.len()) == *len
                     && region.map_or(0, |r| r.as_ptr() as usize) == *ptr
                     && b.is_writable() == *writable
@@ -386,7 +411,7 @@ impl PlanCache {
                         }
                     }
                     None => {
-                        let region = p.buffer.host_region();
+                        let region = cpu_region(p.buffer.as_ref());
                         self.buffers.push((
                             Arc::downgrade(&p.buffer),
                             region.map_or(0, |r| r.len()),

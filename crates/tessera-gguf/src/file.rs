@@ -72,7 +72,13 @@ pub struct GgufFile {
     index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// For a memory-mapped file: tell the OS a byte range's pages are not
+    /// needed now ([`GgufFile::release_tensor`]).
+    pub(crate) release: Option<Release>,
 }
+
+/// See [`GgufFile::release_tensor`].
+pub(crate) type Release = Arc<dyn Fn(usize, usize) + Send + Sync>;
 
 impl fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -181,6 +187,7 @@ impl GgufFile {
             index,
             tensors,
             tensor_index,
+            release: None,
         })
     }
 
@@ -240,6 +247,17 @@ impl GgufFile {
             .get(name)
             .map(|&i| &self.tensors[i])
             .ok_or_else(|| Error::NotFound(format!("tensor '{name}' in the GGUF file")))
+    }
+
+    /// Tell the OS that tensor `name`'s bytes in a memory-mapped file are
+    /// not needed now (they were copied to a device, or repacked): its pages
+    /// leave the process's resident memory (they stay in the page cache,
+    /// and are read again if a view of them is used). Nothing for a file
+    /// read into memory, or an unknown name.
+    pub fn release_tensor(&self, name: &str) {
+        if let (Some(release), Ok(t)) = (&self.release, self.tensor_info(name)) {
+            release(t.file_offset, t.nbytes.unwrap_or(0));
+        }
     }
 
     /// The bytes of tensor `name` (its type must be known).

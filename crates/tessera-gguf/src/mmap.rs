@@ -43,6 +43,20 @@ impl GgufFile {
         // mapped; our caller promised it will not (this function's contract).
         let map =
             unsafe { memmap2::Mmap::map(&file) }.map_err(|e| crate::file::io_error(path, e))?;
-        Self::from_storage(Arc::new(Mapped(map)))
+        let map = Arc::new(Mapped(map));
+        let mut parsed = Self::from_storage(map.clone())?;
+        parsed.release = Some(Arc::new(move |offset, len| {
+            // A hint: if the OS refuses, the pages simply stay resident.
+            // SAFETY: MADV_DONTNEED is "unchecked" in memmap2 because on a
+            // private writable mapping it discards the process's changes;
+            // this mapping is read-only and never written, so the pages it
+            // drops are read again, unchanged, from the file on the next
+            // access (whose contents our caller promised do not change).
+            let _ = unsafe {
+                map.0
+                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            };
+        }));
+        Ok(parsed)
     }
 }

@@ -33,3 +33,4 @@ pub use layers::LayerMap;
 pub use params::{Arch, Moe, Params};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{Model, Session, SessionOptions};
+pub use weights::Repacked;

@@ -62,10 +62,8 @@ impl Model {
 
     /// The buffer type holding layer `il`'s weights (its cache goes there).
     pub fn layer_buffer_type(&self, il: usize) -> Result<Arc<dyn BufferType>> {
-        let t = self
-            .weights
-            .get(&self.file, &format!("blk.{il}.attn_k.weight"))?;
-        Ok(t.buffer().buffer_type())
+        self.weights
+            .home_buffer_type(&self.file, &format!("blk.{il}.attn_k.weight"))
     }
 }
 

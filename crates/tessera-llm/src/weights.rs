@@ -13,8 +13,57 @@ use tessera_gguf::GgufFile;
 
 /// Which buffer type holds each weight, by its GGUF name.
 pub trait WeightPlacement {
-    /// The buffer type for tensor `name` (`blk.N.*` belongs to layer N).
+    /// The buffer type for tensor `name` (`blk.N.*` belongs to layer N):
+    /// its device's, which also holds the layer's cache.
     fn buffer_type(&self, name: &str) -> Arc<dyn BufferType>;
+
+    /// The buffer type that stores tensor `name` of `layout`: where
+    /// [`WeightPlacement::buffer_type`] says (default), or one of that
+    /// device's extra buffer types ([`Repacked`]).
+    fn buffer_type_for(&self, name: &str, layout: &Layout) -> Arc<dyn BufferType> {
+        let _ = layout;
+        self.buffer_type(name)
+    }
+}
+
+/// A placement whose matrix weights go to their device's repacking buffer
+/// type where it has one that stores them repacked (ggml's CPU_REPACK,
+/// [`BufferType::repacks`]; llama.cpp does this by default, `--no-repack`
+/// turns it off): the `*.weight` matrices of the layers and the output
+/// matrix, which only MUL_MAT reads. Token embeddings (read by GET_ROWS,
+/// and by MUL_MAT too when the output is tied to them), other `*embd*`
+/// tensors and tensors of more than two dimensions (experts, read by
+/// MUL_MAT_ID) keep the file's layout. Repacked weights are copies, not
+/// views of the file.
+#[derive(Debug, Clone)]
+pub struct Repacked<P>(pub P);
+
+impl<P: WeightPlacement> WeightPlacement for Repacked<P> {
+    fn buffer_type(&self, name: &str) -> Arc<dyn BufferType> {
+        self.0.buffer_type(name)
+    }
+
+    fn buffer_type_for(&self, name: &str, layout: &Layout) -> Arc<dyn BufferType> {
+        let home = self.0.buffer_type_for(name, layout);
+        let matrix = (layer_of(name).is_some() || name == "output.weight")
+            && name.ends_with(".weight")
+            && !name.contains("embd")
+            && layout.ne[2] == 1
+            && layout.ne[3] == 1;
+        let Some(device) = home.device().filter(|_| matrix) else {
+            return home;
+        };
+        // Only instead of the device's own memory (not of a meta device's
+        // or a planning type).
+        if !tessera::same_buffer_type(home.as_ref(), device.buffer_type().as_ref()) {
+            return home;
+        }
+        device
+            .extra_buffer_types()
+            .into_iter()
+            .find(|b| b.repacks(layout))
+            .unwrap_or(home)
+    }
 }
 
 /// Every weight in one buffer type.
@@ -40,6 +89,9 @@ pub struct Weights {
     sizes: Vec<(String, usize)>,
     /// For meta buffer types: the bytes of each device's pieces.
     parts: Vec<(String, Vec<usize>)>,
+    /// Tensors stored in another buffer type than their device's (repacked
+    /// weights): the device's.
+    homes: HashMap<String, Arc<dyn BufferType>>,
 }
 
 impl Weights {
@@ -72,8 +124,14 @@ impl Weights {
         // Group the tensors by buffer type (by name; the same type object
         // comes back for the same device).
         let mut groups: Vec<(Arc<dyn BufferType>, Vec<&tessera_gguf::TensorInfo>)> = Vec::new();
+        let mut homes = HashMap::new();
         for info in file.tensors().iter().filter(|t| t.dtype.is_some()) {
-            let buft = place.buffer_type(&info.name);
+            let layout = Layout::contiguous(info.dtype()?, &info.ne)?;
+            let buft = place.buffer_type_for(&info.name, &layout);
+            let home = place.buffer_type(&info.name);
+            if !Arc::ptr_eq(&home, &buft) {
+                homes.insert(info.name.clone(), home);
+            }
             match groups
                 .iter_mut()
                 .find(|(b, _)| Arc::ptr_eq(b, &buft) || b.name() == buft.name())
@@ -180,6 +238,8 @@ impl Weights {
             sizes.push((buft.name().to_string(), set.buffer.size()));
             for (info, t) in infos.iter().zip(&set.tensors) {
                 t.write(0, file.tensor_data(&info.name)?)?;
+                // Copied: the mapped pages need not stay resident.
+                file.release_tensor(&info.name);
                 done += info.nbytes.unwrap_or(0) as u64;
                 progress(done, total);
                 tensors.insert(info.name.clone(), t.clone());
@@ -189,7 +249,17 @@ impl Weights {
             tensors,
             sizes,
             parts,
+            homes,
         })
+    }
+
+    /// The buffer type of the device tensor `name` is on (the one its
+    /// placement gave, even when it is stored repacked).
+    pub fn home_buffer_type(&self, file: &GgufFile, name: &str) -> Result<Arc<dyn BufferType>> {
+        match self.homes.get(name) {
+            Some(b) => Ok(b.clone()),
+            None => Ok(self.get(file, name)?.buffer().buffer_type()),
+        }
     }
 
     /// Tensor `name`, or an error naming it (and the type it has when

@@ -85,6 +85,19 @@ pub trait BufferType: Send + Sync + Debug {
         false
     }
 
+    /// For an extra buffer type that stores weights in a layout of its own
+    /// (ggml's repacked CPU buffer types, [`Device::extra_buffer_types`]):
+    /// would a tensor of `layout` be stored repacked, so that the ops whose
+    /// weights (operand 0 of MUL_MAT) it is run faster from here? Such a
+    /// buffer type's buffers still read and write the standard layout
+    /// through [`Buffer`]'s methods; only its device's kernels see the
+    /// other one, and only MUL_MAT's weights may be read there. Default:
+    /// false.
+    fn repacks(&self, layout: &Layout) -> bool {
+        let _ = layout;
+        false
+    }
+
     /// The device that owns this buffer type, if any.
     fn device(&self) -> Option<Arc<dyn Device>>;
 

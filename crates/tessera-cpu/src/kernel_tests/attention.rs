@@ -105,6 +105,7 @@ impl Tensor {
         TensorRef {
             ptr: self.mem.ptr(),
             layout: self.layout,
+            packing: crate::repack::Packing::Standard,
         }
     }
 }
@@ -206,6 +207,7 @@ fn run(
     let dst_ref = TensorRef {
         ptr: out.ptr(),
         layout: dst,
+        packing: crate::repack::Packing::Standard,
     };
     let op = Op::FlashAttnExt {
         scale: p.scale,

@@ -109,6 +109,7 @@ impl Tensor {
         TensorRef {
             ptr: self.mem.ptr(),
             layout: self.layout,
+            packing: crate::repack::Packing::Standard,
         }
     }
 }
@@ -213,6 +214,7 @@ fn run(
     let dst_ref = TensorRef {
         ptr: out.ptr(),
         layout: dst,
+        packing: crate::repack::Packing::Standard,
     };
     let errors = Mutex::new(Vec::new());
     let ok = pool.run(nth, &|w| {

@@ -41,8 +41,9 @@ use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Result};
 use super::NodeCtx;
 use super::gemm_driver::Plan;
 use super::gemm_pack::{KernelFn, Kernels, MR_MAX};
-use super::gemm_q8::{Q8Kernels, QKernelFn, b_group_bytes, sub_size};
+use super::gemm_q8::{Q8Kernels, QB, QKernelFn, b_group_bytes, sub_size};
 use crate::isa::Isa;
+use crate::repack::Packing;
 
 /// Values of `k` per slice (a multiple of every block size: 256).
 pub(crate) const KC: usize = 256;
@@ -66,6 +67,36 @@ pub fn applies(a: &Layout, b: &Layout, isa: Isa) -> bool {
 pub fn scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
     all_paths(a.dtype)
         .into_iter()
+        .map(|p| Sizes::new(a, b, nth, &p).map_or(usize::MAX, |s| s.total))
+        .max()
+        .unwrap_or(usize::MAX)
+}
+
+/// Scratch bytes for `a x b` on `nth` threads when `a` is repacked
+/// ([`crate::repack`]: every width of every packed kernel set),
+/// `usize::MAX` on overflow.
+pub fn packed_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+    let direct = super::gemm_packed::all()
+        .flat_map(|ks| ks.nr.iter().zip(ks.kernel))
+        .map(|(&nr, kernel)| Path::Packed {
+            kernel,
+            nr,
+            quad: None,
+        });
+    let vnni = super::gemm_vnni::kernels(Isa::best()).into_iter();
+    let panels = vnni.flat_map(|qk| {
+        qk.nr
+            .iter()
+            .zip(qk.kernel[0])
+            .map(|(&nr, kernel)| Path::Q8 {
+                qk,
+                kernel,
+                nr,
+                s: QB,
+            })
+    });
+    direct
+        .chain(panels)
         .map(|p| Sizes::new(a, b, nth, &p).map_or(usize::MAX, |s| s.total))
         .max()
         .unwrap_or(usize::MAX)
@@ -189,13 +220,43 @@ pub(crate) enum Path {
         nr: usize,
         s: usize,
     },
+    /// Repacked Q4_0 weights ([`crate::repack`]), read where they lie;
+    /// activations as on the integer path (sub-blocks of 32).
+    Packed {
+        kernel: QKernelFn,
+        nr: usize,
+        /// One column over four panels at once (`nr == 1` only).
+        quad: Option<super::gemm_packed::QuadFn>,
+    },
 }
 
 impl Path {
     /// The path for weights of type `t` with `ncol` columns per matrix on
     /// `isa`: the integer one where the CPU has VNNI and `t` a sub-block
     /// layout, else f32 with AVX-512, AVX2 or portable kernels.
-    pub(crate) fn choose(t: DType, ncol: usize, isa: Isa) -> Path {
+    pub(crate) fn choose(t: DType, ncol: usize, isa: Isa, packing: Packing) -> Path {
+        if packing != Packing::Standard {
+            // Many columns: panels unpacked from the weights for the VNNI
+            // kernels (see `gemm_packed`).
+            if ncol > super::gemm_packed::DIRECT_MAX_COLS
+                && let Some(qk) = super::gemm_vnni::kernels(isa)
+            {
+                let i = narrow(qk.nr, ncol);
+                return Path::Q8 {
+                    qk,
+                    kernel: qk.kernel[0][i],
+                    nr: qk.nr[i],
+                    s: QB,
+                };
+            }
+            let ks = super::gemm_packed::kernels(isa);
+            let i = super::gemm_packed::width(ks, ncol);
+            return Path::Packed {
+                kernel: ks.kernel[i],
+                nr: ks.nr[i],
+                quad: ks.quad.filter(|_| ks.nr[i] == 1),
+            };
+        }
         // `Avx512`: VNNI or AVX-512F kernels; `Avx2`: AVX2 ones; `Scalar`
         // (or a family the CPU lacks): the portable ones. The machine's
         // tuning may cap the family and keep the integer path off.
@@ -234,13 +295,14 @@ impl Path {
         match self {
             Path::F32 { ks, .. } => ks.mr,
             Path::Q8 { qk, .. } => qk.mr,
+            Path::Packed { .. } => super::gemm_packed::MR,
         }
     }
 
     /// Columns per B panel.
     pub(crate) fn nr(&self) -> usize {
         match *self {
-            Path::F32 { nr, .. } | Path::Q8 { nr, .. } => nr,
+            Path::F32 { nr, .. } | Path::Q8 { nr, .. } | Path::Packed { nr, .. } => nr,
         }
     }
 
@@ -249,6 +311,7 @@ impl Path {
         match *self {
             Path::F32 { nr, .. } => nr.checked_mul(k)?.checked_mul(4),
             Path::Q8 { nr, s, .. } => b_group_bytes(k, nr, s),
+            Path::Packed { nr, .. } => b_group_bytes(k, nr, QB),
         }
     }
 }

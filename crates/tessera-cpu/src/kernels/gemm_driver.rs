@@ -11,8 +11,10 @@ use tessera::{DType, Error, Op, Result};
 
 use super::gemm::{AP_BYTES, KC, LINE, MC, Path, Sizes, TMP_BYTES, check, cols_per_matrix};
 use super::gemm_pack::{PackBufs, PanelSrc, SlicePrefetch, Tile, pack_a, pack_b};
-use super::gemm_q8::{QTile, pack_a_q8, pack_b_q8};
+use super::gemm_packed::{BLOCK as PACKED_BLOCK, panel_from_packed};
+use super::gemm_q8::{QB, QTile, pack_a_q8, pack_b_q8};
 use super::{NodeCtx, TensorRef};
+use crate::repack::Packing;
 
 /// Most columns per B panel of any kernel set.
 const NR_MAX: usize = 12;
@@ -64,7 +66,13 @@ impl Plan {
             ));
         }
         let ncol = cols_per_matrix(&la, &lb);
-        let path = Path::choose(la.dtype, ncol, ctx.isa);
+        if a.packing != Packing::Standard && !la.ne[1].is_multiple_of(super::gemm_packed::MR) {
+            return Err(Error::op(
+                "MUL_MAT",
+                format!("repacked weights {la} must have whole groups of 16 rows"),
+            ));
+        }
+        let path = Path::choose(la.dtype, ncol, ctx.isa, a.packing);
         let sizes = Sizes::new(&la, &lb, ctx.nth, &path)
             .ok_or_else(|| Error::Overflow(format!("MUL_MAT scratch for a {la}, b {lb}")))?;
         let s = ctx.scratch;
@@ -187,6 +195,7 @@ impl Plan {
                 match self.path {
                     Path::F32 { .. } => pack_b(&cols[..valid], nb0, nr, l0, l1, out.cast()),
                     Path::Q8 { s, .. } => pack_b_q8(&cols[..valid], nb0, nr, s, k, l0, l1, out),
+                    Path::Packed { .. } => pack_b_q8(&cols[..valid], nb0, nr, QB, k, l0, l1, out),
                 }
             }
         }
@@ -271,9 +280,16 @@ impl Plan {
         let a0 = unsafe { self.a.row(0, p % ne02, p / ne02) };
         let panels = rows.len().div_ceil(mr);
         let mut cols = [std::ptr::null_mut::<f32>(); NR_MAX];
+        // Repacked weights times one column group: nothing to keep in L2
+        // for other groups, so each panel is read in one pass over `k` (one
+        // sequential stream per call instead of one short run per slice).
+        let slice = match self.path {
+            Path::Packed { .. } if groups.len() == 1 => k,
+            _ => KC,
+        };
         let mut pc = 0;
         loop {
-            let kc = KC.min(k - pc);
+            let kc = slice.min(k - pc);
             // Pack the A panels of this slice.
             for ip in 0..panels {
                 let r = rows.start + ip * mr;
@@ -300,15 +316,23 @@ impl Plan {
                             let codes = bufs.ap.add(ip * kc * mr);
                             let scales = bufs.ap.add(AP_BYTES / 2).cast::<f32>();
                             let scales = scales.add(ip * (kc / s) * 2 * mr);
-                            pack_a_q8(
-                                qk, dtype, row0, nb01, nrows, pc, kc, codes, scales, &bufs.pack,
-                            );
+                            if self.a.packing == Packing::Standard {
+                                pack_a_q8(
+                                    qk, dtype, row0, nb01, nrows, pc, kc, codes, scales, &bufs.pack,
+                                );
+                            } else {
+                                // Panel `r / 16` of repacked weights (r is
+                                // a multiple of 16).
+                                panel_from_packed(row0, pc, kc, codes, scales);
+                            }
                         }
+                        // The weights are the panels.
+                        Path::Packed { .. } => {}
                     }
                 }
             }
             let mut pf = self.next_slice(a0, &rows, pc + kc, groups.len() * panels);
-            let mut call = |ip: usize, g: usize, cols: &[*mut f32]| {
+            let mut call = |ip: usize, g: usize, cols: &[*mut f32], four: bool| {
                 let gb = self.group(g - g0);
                 let row = rows.start + ip * mr;
                 let (tmr, acc) = (mr.min(rows.end - row), pc > 0);
@@ -342,14 +366,40 @@ impl Plan {
                             mr: tmr,
                             accumulate: acc,
                         }),
+                        // Panel `row / 16` of the matrix: its blocks from
+                        // `pc / 32` on (the group is `16 * nb01` bytes); with
+                        // `four`, it and the next three.
+                        Path::Packed { kernel, quad, .. } => {
+                            let tile = QTile {
+                                kc,
+                                a: a0.add(row * nb01 + pc / QB * PACKED_BLOCK),
+                                a_scales: std::ptr::null(),
+                                b: gb.add(pc * nr),
+                                b_scales: gb.add(k * nr).cast::<f32>().add(pc / QB * nr * 2),
+                                c: cols,
+                                row,
+                                mr: if four { 4 * mr } else { tmr },
+                                accumulate: acc,
+                            };
+                            match quad {
+                                Some(quad) if four => quad(&tile, mr * nb01),
+                                _ => kernel(&tile),
+                            }
+                        }
                     }
                 }
                 pf.step();
             };
+            // One column of repacked weights: four panels a call where the
+            // unit has them (its rows are whole panels: m % 16 == 0).
+            let quads = matches!(self.path, Path::Packed { quad: Some(_), .. });
             for g in groups.clone() {
                 let valid = self.out_cols(p, g, &mut cols);
-                for ip in 0..panels {
-                    call(ip, g, &cols[..valid]);
+                let mut ip = 0;
+                while ip < panels {
+                    let four = quads && ip + 4 <= panels && rows.start + (ip + 4) * mr <= rows.end;
+                    call(ip, g, &cols[..valid], four);
+                    ip += if four { 4 } else { 1 };
                 }
             }
             pc += kc;
@@ -374,6 +424,13 @@ impl Plan {
         }
         let t = self.a.layout.dtype;
         let kc = KC.min(self.k - l0);
+        if self.a.packing != Packing::Standard {
+            // Panels of 16 rows, each slice `kc / 32` consecutive blocks.
+            let (mr, nb1) = (super::gemm_packed::MR, self.a.nb(1));
+            let base = a0.wrapping_add(rows.start * nb1 + l0 / QB * PACKED_BLOCK);
+            let bytes = kc / QB * PACKED_BLOCK;
+            return SlicePrefetch::new(base, nb1 * mr, rows.len().div_ceil(mr), bytes, calls);
+        }
         let (bs, ts) = (t.block_size().max(1), t.type_size());
         let nb1 = self.a.nb(1);
         let base = a0.wrapping_add(rows.start * nb1 + l0 / bs * ts);

@@ -19,6 +19,7 @@ use super::gemm_pack::{Kernels, MR_MAX, Tile, pack_b};
 use super::{NodeCtx, Scratch, TensorRef};
 use crate::isa::Isa;
 use crate::pool::ThreadPool;
+use crate::repack::Packing;
 
 /// Every kernel set usable here, with a name.
 fn sets() -> Vec<(&'static str, &'static Kernels)> {
@@ -287,7 +288,10 @@ fn driver_case(
     for isa in Isa::all_available() {
         // The integer path quantizes the activations: its reference uses
         // the quantized values, so both paths are held to f32 rounding.
-        let int = matches!(Path::choose(t, n * r[0] * r[1], isa), Path::Q8 { .. });
+        let int = matches!(
+            Path::choose(t, n * r[0] * r[1], isa, Packing::Standard),
+            Path::Q8 { .. }
+        );
         let bq = if int {
             quantized(&b_vals, k)
         } else {
@@ -360,14 +364,17 @@ fn run_case(
         src[0] = Some(TensorRef {
             ptr: a_bytes.as_ptr().cast_mut(),
             layout: la,
+            packing: Packing::Standard,
         });
         src[1] = Some(TensorRef {
             ptr: b_vals.as_ptr().cast::<u8>().cast_mut(),
             layout: lb,
+            packing: Packing::Standard,
         });
         let dst = TensorRef {
             ptr: out.ptr().cast(),
             layout: ld,
+            packing: Packing::Standard,
         };
         let scratch = Scratch {
             ptr: scratch.ptr().cast(),
@@ -445,9 +452,9 @@ fn scratch_is_enough_for_every_kernel_set() {
 /// the portable ones, `Avx512` the widest the CPU has.
 #[test]
 fn each_isa_takes_its_own_kernels() {
-    let f32_set = |t: DType, isa: Isa| match Path::choose(t, 64, isa) {
+    let f32_set = |t: DType, isa: Isa| match Path::choose(t, 64, isa, Packing::Standard) {
         Path::F32 { ks, .. } => Some(ks as *const Kernels),
-        Path::Q8 { .. } => None,
+        Path::Q8 { .. } | Path::Packed { .. } => None,
     };
     let portable = &super::gemm_portable::KERNELS as *const Kernels;
     assert_eq!(f32_set(DType::F32, Isa::Scalar), Some(portable));
@@ -455,21 +462,21 @@ fn each_isa_takes_its_own_kernels() {
     if let Some(k) = super::gemm_avx2::kernels() {
         assert_eq!(f32_set(DType::F32, Isa::Avx2), Some(k as *const Kernels));
         // The integer path on AVX2 is the AVX2 one.
-        match Path::choose(DType::Q4_0, 64, Isa::Avx2) {
+        match Path::choose(DType::Q4_0, 64, Isa::Avx2, Packing::Standard) {
             Path::Q8 { qk, .. } => {
                 assert!(std::ptr::eq(qk, super::gemm_q8_avx2::kernels().unwrap()))
             }
-            Path::F32 { .. } => panic!("q4_0 on avx2 should take the integer path"),
+            _ => panic!("q4_0 on avx2 should take the integer path"),
         }
     }
     if let Some(k) = super::gemm_avx512::kernels(Isa::Avx512) {
         assert_eq!(f32_set(DType::F16, Isa::Avx512), Some(k as *const Kernels));
-        match Path::choose(DType::Q8_0, 64, Isa::Avx512) {
+        match Path::choose(DType::Q8_0, 64, Isa::Avx512, Packing::Standard) {
             Path::Q8 { qk, .. } => assert!(std::ptr::eq(
                 qk,
                 super::gemm_vnni::kernels(Isa::Avx512).unwrap()
             )),
-            Path::F32 { .. } => panic!("q8_0 on avx512 should take the VNNI path"),
+            _ => panic!("q8_0 on avx512 should take the VNNI path"),
         }
     }
 }

@@ -28,7 +28,7 @@ mod imp {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod imp {
+pub(crate) mod imp {
     use std::arch::x86_64::*;
 
     use super::Q8Kernels;
@@ -127,6 +127,18 @@ mod imp {
                 bsc = bsc.add(2 * NR);
             }
         }
+        // SAFETY: forwarded contract (the tile's outputs).
+        unsafe { store_zmm_tile(t, acc) };
+    }
+
+    /// Write (or add) a 16 x NR tile of accumulators to the tile's outputs:
+    /// whole columns directly, an edge tile through [`store_tile`].
+    ///
+    /// # Safety
+    /// As for [`crate::kernels::gemm_q8::QKernelFn`]'s outputs; AVX-512F
+    /// present.
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn store_zmm_tile<const NR: usize>(t: &QTile, acc: [__m512; NR]) {
         if t.mr == MR && t.c.len() == NR {
             for (&col, v) in t.c.iter().zip(acc) {
                 // SAFETY: rows row..row + 16 of each column are the tile's.

@@ -91,8 +91,10 @@ pub fn mul_mat_scratch_size(a: &Layout, b: &Layout, nth: usize, isa: Isa) -> usi
 /// Compute this thread's share of `dst = a^T b`.
 pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
     // Many columns: the packed GEMM (kernels/gemm.rs).
+    // Repacked weights: always (its kernels go down to one column).
     if let (Some(a), Some(b)) = (ctx.src[0], ctx.src[1])
-        && super::gemm::applies(&a.layout, &b.layout, ctx.isa)
+        && (a.packing != crate::repack::Packing::Standard
+            || super::gemm::applies(&a.layout, &b.layout, ctx.isa))
     {
         return super::gemm::mul_mat(ctx);
     }

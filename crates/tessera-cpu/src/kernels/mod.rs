@@ -31,6 +31,7 @@ use tessera::{Layout, MAX_SRC, Op};
 
 use crate::isa::Isa;
 use crate::pool::Barrier;
+use crate::repack::Packing;
 
 /// A tensor's memory as a kernel sees it.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +40,9 @@ pub struct TensorRef {
     pub ptr: *mut u8,
     /// Type, extents and strides.
     pub layout: Layout,
+    /// How the bytes are laid out (repacked weights: MUL_MAT's operand 0
+    /// only, which the executor checks).
+    pub packing: Packing,
 }
 
 // SAFETY: a TensorRef is a view of buffer memory shared by the threads of one
@@ -164,6 +168,7 @@ mod gemm_avx2;
 mod gemm_avx512;
 mod gemm_driver;
 mod gemm_pack;
+mod gemm_packed;
 mod gemm_portable;
 mod gemm_q8;
 mod gemm_q8_avx2;
@@ -263,6 +268,11 @@ pub fn scratch_size(
         }
         _ => 0,
     }
+}
+
+/// Scratch bytes of a MUL_MAT whose weights `a` are repacked.
+pub fn packed_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
+    gemm::packed_scratch_size(a, b, nth)
 }
 
 /// Bytes of one thread's share of a scratch holding `n` items of `size`
