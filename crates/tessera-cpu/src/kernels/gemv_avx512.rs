@@ -15,11 +15,11 @@
 //!   Q5_0, Q5_1 and IQ4_NL likewise in [`super::gemv_avx512_q5`], IQ4_XS
 //!   in [`super::gemv_avx512_iq4xs`].
 //! - Q2K and Q3K with `vpmaddubsw`/`vpmaddwd` on whole super-blocks, in
-//!   [`super::gemv_avx512_k`]; Q6K likewise in [`super::gemv_avx512_q6k`].
+//!   [`super::gemv_avx512_k`]; Q6K likewise in [`super::gemv_avx512_q6k`],
+//!   Q4K in [`super::gemv_avx512_q4k`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
-//! transposing add tree ([`imp::sums`]). Q4K and Q5K use the AVX2 kernels
-//! (an AVX-512 Q4K tile measured no faster).
+//! transposing add tree ([`imp::sums`]). Q5K uses the AVX2 kernel.
 
 use tessera::DType;
 
@@ -78,12 +78,13 @@ pub(crate) mod imp {
     use super::*;
     use crate::kernels::dot_iq4::IQ4_XS_BYTES;
     use crate::kernels::dot_quant::Q8K_BYTES;
-    use crate::kernels::dot_quant::{Q4_0_BYTES, Q6K_BYTES, Q8_0_BYTES};
+    use crate::kernels::dot_quant::{Q4_0_BYTES, Q4K_BYTES, Q6K_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
     use crate::kernels::gemv_avx512_iq4xs::iq4_xs_tile;
     use crate::kernels::gemv_avx512_k::{
         Q2K as K23_Q2K, Q3K as K23_Q3K, block_bytes as k23b, k23_tile,
     };
+    use crate::kernels::gemv_avx512_q4k::q4_k_tile;
     use crate::kernels::gemv_avx512_q5::{
         IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
         block_bytes as q5b, q5_tile,
@@ -105,6 +106,7 @@ pub(crate) mod imp {
             DType::IQ4XS => iq4_xs_safe,
             DType::Q2K => q2_k_safe,
             DType::Q3K => q3_k_safe,
+            DType::Q4K => q4_k_safe,
             DType::Q6K => q6_k_safe,
             _ => return None,
         })
@@ -129,6 +131,7 @@ pub(crate) mod imp {
             DType::IQ4XS => iq4_xs_gemv,
             DType::Q2K => q2_k_gemv,
             DType::Q3K => q3_k_gemv,
+            DType::Q4K => q4_k_gemv,
             DType::Q6K => q6_k_gemv,
             _ => return None,
         })
@@ -257,9 +260,11 @@ pub(crate) mod imp {
     kind_of!(q3_k_tile, k23_tile, K23_Q3K);
     safe_tile!(q2_k_safe, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q3_k_safe, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES, 4, 2, 4, 2);
+    safe_tile!(q4_k_safe, q4_k_tile, Q4K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q6_k_safe, q6_k_tile, Q6K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
     safe_gemv!(q2_k_gemv, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES);
     safe_gemv!(q3_k_gemv, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES);
+    safe_gemv!(q4_k_gemv, q4_k_tile, Q4K_BYTES, Q8K_BYTES);
     safe_gemv!(q6_k_gemv, q6_k_tile, Q6K_BYTES, Q8K_BYTES);
 
     kind_of!(q4_1_tile, q5_tile, Q5K_Q4_1);

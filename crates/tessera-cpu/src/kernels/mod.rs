@@ -188,6 +188,7 @@ mod gemv_avx2_q8;
 mod gemv_avx512;
 mod gemv_avx512_iq4xs;
 mod gemv_avx512_k;
+mod gemv_avx512_q4k;
 mod gemv_avx512_q5;
 mod gemv_avx512_q6k;
 mod gemv_avx512_q8;

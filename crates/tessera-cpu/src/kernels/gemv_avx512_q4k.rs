@@ -1,0 +1,133 @@
+//! AVX-512 tile kernel for Q4K weights x Q8K activations (see
+//! [`super::gemv_avx512`] for when it runs, [`super::dot_quant`] for the
+//! layout and the portable version, [`super::gemv_avx2`] for AVX2).
+//!
+//! A Q4K super-block's 128 code bytes are four 32-byte chunks; chunk `j`
+//! holds values `64 j..64 j + 32` in its low nibbles and `64 j + 32..64 j +
+//! 64` in its high ones. One 64-byte load takes chunks `2p` and `2p + 1`:
+//! its low nibbles are values `128 p + 0..32` and `128 p + 64..96`, its high
+//! nibbles `128 p + 32..64` and `128 p + 96..128`. The activations are
+//! loaded in that order once per column and block (two 32-byte loads per
+//! register, shared by every row of the tile), so each weight load costs
+//! one mask, one shift and one more mask for 128 values, where the AVX2
+//! kernel needs that per 64. `vpmaddubsw` then `vpmaddwd` with the
+//! sub-blocks' scales (one per 256-bit half, placed by `vpermw`) give exact
+//! 32-bit sums; the mins meet the activations' block sums in one
+//! `vpmaddwd`.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::dot_quant::{Q4K_BYTES, Q8K_BYTES};
+use super::gemv_avx2::imp::q4k_scales_mins;
+use super::gemv_avx2_q8::prefetch;
+use super::gemv_avx512::imp::sums;
+
+/// Byte offsets in an activation block: quants, block sums.
+const YQ: usize = 4;
+const BSUMS: usize = 260;
+
+/// Block `b` of every column: its scale, its quants in the weights' nibble
+/// order (register `2p + h` holds values `128 p + 32 h..+32` and `128 p +
+/// 64 + 32 h..+32`) and its 16 block sums.
+///
+/// # Safety
+/// Block `b` of every column must be readable; AVX-512F/BW present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn columns<const C: usize>(
+    ys: &[*const u8; C],
+    b: usize,
+) -> ([f32; C], [[__m512i; 4]; C], [__m256i; C]) {
+    let mut yv = [[_mm512_setzero_si512(); 4]; C];
+    let mut bs = [_mm256_setzero_si256(); C];
+    let mut dy = [0f32; C];
+    for c in 0..C {
+        // SAFETY: block b of column c: `d` at 0, the quants at 4, the block
+        // sums at 260 of its 292 bytes (the caller's promise).
+        unsafe {
+            let p = ys[c].add(b * Q8K_BYTES);
+            dy[c] = p.cast::<f32>().read_unaligned();
+            for (t, y) in yv[c].iter_mut().enumerate() {
+                let at = YQ + 128 * (t / 2) + 32 * (t % 2);
+                let lo = _mm256_loadu_si256(p.add(at).cast());
+                let hi = _mm256_loadu_si256(p.add(at + 64).cast());
+                *y = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            }
+            bs[c] = _mm256_loadu_si256(p.add(BSUMS).cast());
+        }
+    }
+    (dy, yv, bs)
+}
+
+/// Q4K rows x Q8K columns: `out[c][r] = dot(xs[r], ys[c])` over `nb`
+/// super-blocks.
+///
+/// # Safety
+/// Every row must hold `nb` Q4K super-blocks and every column `nb` Q8K
+/// blocks; AVX-512F/BW/VL/VNNI, AVX2, FMA and F16C present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_tile<const R: usize, const C: usize>(
+    xs: [*const u8; R],
+    ys: [*const u8; C],
+    nb: usize,
+) -> [[f32; R]; C] {
+    let m4 = _mm512_set1_epi8(0xf);
+    // Register 2p + h meets sub-blocks 4p + h (first half) and 4p + 2 + h.
+    let pick: [__m512i; 4] = std::array::from_fn(|t| {
+        let (p, h) = (t / 2, t % 2);
+        let w: [i16; 32] = std::array::from_fn(|i| (4 * p + h + 2 * (i / 16)) as i16);
+        // SAFETY: 64 readable bytes.
+        unsafe { _mm512_loadu_si512(w.as_ptr().cast()) }
+    });
+    let mut acc = [[_mm512_setzero_ps(); R]; C];
+    for b in 0..nb {
+        // SAFETY: block b < nb of every column.
+        let (dy, yv, bs) = unsafe { columns(&ys, b) };
+        for r in 0..R {
+            // SAFETY: super-block b < nb of row r (144 bytes): d, dmin at 0,
+            // the scales at 4..16, the codes at 16..144.
+            let (p, dm, sm) = unsafe {
+                let p = xs[r].add(b * Q4K_BYTES);
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
+                (p, dm, q4k_scales_mins(p.add(4)))
+            };
+            prefetch(p, Q4K_BYTES + 63);
+            let (d, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+            let scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+            let mut codes = [m4; 4];
+            for half in 0..2 {
+                // SAFETY: chunks 2 half, 2 half + 1: 64 bytes at 16 + 64 half.
+                let q = unsafe { _mm512_loadu_si512(p.add(16 + 64 * half).cast()) };
+                codes[2 * half] = _mm512_and_si512(q, m4);
+                codes[2 * half + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+            }
+            let scales: [__m512i; 4] =
+                std::array::from_fn(|t| _mm512_permutexvar_epi16(pick[t], scz));
+            // Each min in both 16-bit halves of its lane: `vpmaddwd` with
+            // the 16 block sums gives m_j (bsum_2j + bsum_2j+1).
+            let mn = _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sm));
+            let mn = _mm256_or_si256(mn, _mm256_slli_epi32::<16>(mn));
+            for c in 0..C {
+                let mut isum = _mm512_setzero_si512();
+                for t in 0..4 {
+                    let prod = _mm512_maddubs_epi16(codes[t], yv[c][t]);
+                    isum = _mm512_add_epi32(isum, _mm512_madd_epi16(prod, scales[t]));
+                }
+                let mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(mn, bs[c]));
+                let a = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(isum),
+                    _mm512_set1_ps(d * dy[c]),
+                    acc[c][r],
+                );
+                acc[c][r] = _mm512_fnmadd_ps(
+                    _mm512_zextps256_ps512(mins),
+                    _mm512_set1_ps(dmin * dy[c]),
+                    a,
+                );
+            }
+        }
+    }
+    sums(&acc)
+}
