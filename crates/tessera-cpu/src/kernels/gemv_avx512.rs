@@ -16,10 +16,10 @@
 //!   in [`super::gemv_avx512_iq4xs`].
 //! - Q2K and Q3K with `vpmaddubsw`/`vpmaddwd` on whole super-blocks, in
 //!   [`super::gemv_avx512_k`]; Q6K likewise in [`super::gemv_avx512_q6k`],
-//!   Q4K in [`super::gemv_avx512_q4k`].
+//!   Q4K and Q5K in [`super::gemv_avx512_q4k`].
 //!
 //! The horizontal sums of the accumulators go sixteen at a time through a
-//! transposing add tree ([`imp::sums`]). Q5K uses the AVX2 kernel.
+//! transposing add tree ([`imp::sums`]).
 
 use tessera::DType;
 
@@ -77,6 +77,7 @@ pub(crate) mod imp {
 
     use super::*;
     use crate::kernels::dot_iq4::IQ4_XS_BYTES;
+    use crate::kernels::dot_kquant::Q5K_BYTES;
     use crate::kernels::dot_quant::Q8K_BYTES;
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q4K_BYTES, Q6K_BYTES, Q8_0_BYTES};
     use crate::kernels::gemv_avx2_q8::prefetch;
@@ -84,7 +85,7 @@ pub(crate) mod imp {
     use crate::kernels::gemv_avx512_k::{
         Q2K as K23_Q2K, Q3K as K23_Q3K, block_bytes as k23b, k23_tile,
     };
-    use crate::kernels::gemv_avx512_q4k::q4_k_tile;
+    use crate::kernels::gemv_avx512_q4k::{q4_k_tile, q5_k_tile};
     use crate::kernels::gemv_avx512_q5::{
         IQ4_NL as Q5K_IQ4_NL, Q4_1 as Q5K_Q4_1, Q5_0 as Q5K_Q5_0, Q5_1 as Q5K_Q5_1,
         block_bytes as q5b, q5_tile,
@@ -107,6 +108,7 @@ pub(crate) mod imp {
             DType::Q2K => q2_k_safe,
             DType::Q3K => q3_k_safe,
             DType::Q4K => q4_k_safe,
+            DType::Q5K => q5_k_safe,
             DType::Q6K => q6_k_safe,
             _ => return None,
         })
@@ -132,6 +134,7 @@ pub(crate) mod imp {
             DType::Q2K => q2_k_gemv,
             DType::Q3K => q3_k_gemv,
             DType::Q4K => q4_k_gemv,
+            DType::Q5K => q5_k_gemv,
             DType::Q6K => q6_k_gemv,
             _ => return None,
         })
@@ -261,10 +264,12 @@ pub(crate) mod imp {
     safe_tile!(q2_k_safe, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q3_k_safe, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q4_k_safe, q4_k_tile, Q4K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
+    safe_tile!(q5_k_safe, q5_k_tile, Q5K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
     safe_tile!(q6_k_safe, q6_k_tile, Q6K_BYTES, Q8K_BYTES, 4, 2, 4, 2);
     safe_gemv!(q2_k_gemv, q2_k_tile, k23b(K23_Q2K), Q8K_BYTES);
     safe_gemv!(q3_k_gemv, q3_k_tile, k23b(K23_Q3K), Q8K_BYTES);
     safe_gemv!(q4_k_gemv, q4_k_tile, Q4K_BYTES, Q8K_BYTES);
+    safe_gemv!(q5_k_gemv, q5_k_tile, Q5K_BYTES, Q8K_BYTES);
     safe_gemv!(q6_k_gemv, q6_k_tile, Q6K_BYTES, Q8K_BYTES);
 
     kind_of!(q4_1_tile, q5_tile, Q5K_Q4_1);
