@@ -54,6 +54,12 @@ pub fn run() -> Result<ExitCode> {
                     buft.max_size().to_string()
                 }
             );
+            for extra in d.extra_buffer_types() {
+                println!(
+                    "    extra buffer type {}: weights stored repacked for the device's matrix kernels (models use it by default; --no-repack)",
+                    extra.name()
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
