@@ -41,6 +41,15 @@ pub(crate) fn cpu_region(buffer: &dyn Buffer) -> Option<HostRegion<'_>> {
     })
 }
 
+/// A [`RepackBuffer`]'s [`RepackBuffer::generation`] (0 for other
+/// buffers): how its bytes are laid out can change under a remembered plan.
+fn layout_generation(buffer: &dyn Buffer) -> u64 {
+    buffer
+        .as_any()
+        .downcast_ref::<RepackBuffer>()
+        .map_or(0, RepackBuffer::generation)
+}
+
 /// Check that the result's buffer accepts writes (a read-only file mapping
 /// does not), so a wrong placement is an error, not a fault.
 pub(crate) fn check_writable(graph: &Graph, placement: &Placement, id: TensorId) -> Result<()> {
@@ -250,8 +259,8 @@ pub(crate) struct PlanCache {
     /// Per entry of `ids`: (buffer identity, offset), or (0, 0) if unplaced.
     places: Vec<(usize, usize)>,
     /// Distinct buffers: the buffer, its host region's length and address,
-    /// and its writability.
-    buffers: Vec<(Weak<dyn Buffer>, usize, usize, bool)>,
+    /// its writability and its [`layout_generation`].
+    buffers: Vec<(Weak<dyn Buffer>, usize, usize, bool, u64)>,
     /// Per entry of `buffers`: a tensor placed in it, and whether a node of
     /// the range writes into it (its lock is then taken exclusively).
     locks: Vec<(u32, bool)>,
@@ -348,14 +357,17 @@ impl PlanCache {
                 return false;
             }
         }
-        self.buffers.iter().all(|(b, len, ptr, writable)| {
-            b.upgrade().is_some_and(|b| {
-                let region = cpu_region(b.as_ref());
-                region.map_or(0, |r| r.len()) == *len
-                    && region.map_or(0, |r| r.as_ptr() as usize) == *ptr
-                    && b.is_writable() == *writable
+        self.buffers
+            .iter()
+            .all(|(b, len, ptr, writable, generation)| {
+                b.upgrade().is_some_and(|b| {
+                    let region = cpu_region(b.as_ref());
+                    region.map_or(0, |r| r.len()) == *len
+                        && region.map_or(0, |r| r.as_ptr() as usize) == *ptr
+                        && b.is_writable() == *writable
+                        && layout_generation(b.as_ref()) == *generation
+                })
             })
-        })
     }
 
     /// Remember the plan just built for `range` of `graph` on `placement`
@@ -417,6 +429,7 @@ impl PlanCache {
                             region.map_or(0, |r| r.len()),
                             region.map_or(0, |r| r.as_ptr() as usize),
                             p.buffer.is_writable(),
+                            layout_generation(p.buffer.as_ref()),
                         ));
                         self.locks.push((id, written));
                     }

@@ -16,6 +16,7 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tessera::buffer::{UsageCell, check_range, try_zeroed_vec};
@@ -61,6 +62,7 @@ impl BufferType for RepackBufferType {
             inner: self.host.alloc_buffer(size)?,
             buft: me,
             tensors: Mutex::new(BTreeMap::new()),
+            generation: AtomicU64::new(0),
             usage: UsageCell::new(BufferUsage::Weights),
         }))
     }
@@ -98,6 +100,9 @@ pub struct RepackBuffer {
     buft: Arc<RepackBufferType>,
     /// Placed tensors by offset.
     tensors: Mutex<BTreeMap<usize, Placed>>,
+    /// Bumped whenever bytes are packed in place (a tensor placed over
+    /// bytes the executor may have read as standard): plans remember it.
+    generation: AtomicU64,
     usage: UsageCell,
 }
 
@@ -106,6 +111,12 @@ impl RepackBuffer {
     /// through [`RepackBuffer::packing_of`]).
     pub(crate) fn region(&self) -> Option<HostRegion<'_>> {
         self.inner.host_region()
+    }
+
+    /// Changes whenever a placed tensor changes how bytes are stored (a
+    /// plan resolved before must be made again).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// How the `nbytes` at `offset`, read as `layout`, are stored: packed
@@ -243,14 +254,16 @@ impl Buffer for RepackBuffer {
     fn init_tensor(&self, layout: &Layout, offset: usize) -> Result<()> {
         let nbytes = layout.checked_nbytes()?;
         check_range(self.name(), self.size(), offset, nbytes)?;
+        if nbytes == 0 {
+            // No bytes: nothing to keep in any layout.
+            return Ok(());
+        }
         let packing = packs(layout);
         let end = offset + nbytes;
         let mut tensors = self.tensors.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = tensors
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(&at, _)| at);
-        for (&at, p) in tensors.range(first..end) {
+        // Every placed tensor overlapping the new one (all of them before
+        // `end`: a long tensor far before can reach past later short ones).
+        for (&at, p) in tensors.range(..end) {
             if at + p.nbytes <= offset {
                 continue;
             }
@@ -264,6 +277,11 @@ impl Buffer for RepackBuffer {
                 )));
             }
         }
+        if packing == Packing::Standard && tensors.contains_key(&offset) {
+            // Another standard tensor at this offset: its bytes are read as
+            // they are either way.
+            return Ok(());
+        }
         if packing != Packing::Standard {
             // Bytes written before the tensor was placed were in the
             // standard layout: pack them where they are.
@@ -275,6 +293,7 @@ impl Buffer for RepackBuffer {
                 pack_group(&std, &mut packed, layout.nb[1]);
                 self.inner.write(g, &packed)?;
             }
+            self.generation.fetch_add(1, Ordering::AcqRel);
         }
         tensors.insert(
             offset,

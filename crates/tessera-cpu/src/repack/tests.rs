@@ -125,6 +125,94 @@ fn views_of_repacked_tensors_are_whole_groups_of_rows_or_errors() {
 }
 
 #[test]
+fn placements_never_unpack_or_overlap_a_packed_tensor() {
+    let l = Layout::contiguous(DType::Q4_0, &[64, 16]).unwrap();
+    let f32s = |n: usize| Layout::contiguous(DType::F32, &[n]).unwrap();
+    let buffer = repack_type().alloc_buffer(8192).unwrap();
+    let buf = buffer.as_any().downcast_ref::<RepackBuffer>().unwrap();
+    buffer.init_tensor(&l, 0).unwrap();
+    // An empty tensor at the packed one's offset leaves it packed.
+    buffer.init_tensor(&f32s(0), 0).unwrap();
+    assert_eq!(buf.packing_of(0, &l, l.nbytes()).unwrap(), Packing::Q4_0x16);
+    // A packed tensor inside an earlier long standard one, past a short
+    // one between them, is refused.
+    buffer.init_tensor(&f32s(500), 1024).unwrap();
+    buffer.init_tensor(&f32s(2), 1088).unwrap();
+    assert!(buffer.init_tensor(&l, 1152).is_err());
+}
+
+#[test]
+fn a_plan_is_not_reused_after_bytes_are_packed_under_it() {
+    // One graph, placement and stream computed twice: first over Q4_0
+    // bytes placed but not yet registered (read as standard), then after
+    // the tensor is placed (packed in place). The second compute must not
+    // reuse the first's plan, which read the bytes as standard.
+    let (k, m) = (64, 32);
+    let (wq, b) = operands(k, m, 1, 1, 1);
+    let la = Layout::contiguous(DType::Q4_0, &[k, m]).unwrap();
+    let weights = repack_type().alloc_buffer(wq.len()).unwrap();
+    weights.write(0, &wq).unwrap();
+    let mut g = Graph::new();
+    let a = g.new_tensor(DType::Q4_0, &[k, m]).unwrap();
+    let bt = g.new_tensor(DType::F32, &[k, 1]).unwrap();
+    let d = g.mul_mat(a, bt).unwrap();
+    let io = crate::device().buffer_type().alloc_buffer(4096).unwrap();
+    io.write(0, bytemuck::cast_slice(&b)).unwrap();
+    let mut p = Placement::new(&g);
+    p.set(
+        &g,
+        a,
+        Place {
+            buffer: weights.clone(),
+            offset: 0,
+        },
+    )
+    .unwrap();
+    p.set(
+        &g,
+        bt,
+        Place {
+            buffer: io.clone(),
+            offset: 0,
+        },
+    )
+    .unwrap();
+    p.set(
+        &g,
+        d,
+        Place {
+            buffer: io.clone(),
+            offset: 1024,
+        },
+    )
+    .unwrap();
+    let s = crate::device()
+        .new_stream(&StreamOptions::new().threads(2))
+        .unwrap();
+    let mut w = vec![0f32; k * m];
+    tessera::quant::to_f32(DType::Q4_0, &wq, &mut w).unwrap();
+    for packed in [false, true] {
+        if packed {
+            weights.init_tensor(&la, 0).unwrap();
+        }
+        s.compute(&g, &p).unwrap();
+        let mut out = vec![0u8; m * 4];
+        io.read(1024, &mut out).unwrap();
+        let got: &[f32] = bytemuck::cast_slice(&out);
+        for (i, &v) in got.iter().enumerate() {
+            let (want, mag) = reference(&w[i * k..][..k], &b);
+            // Both paths quantize the activations (the standard one with
+            // f16 scales): within a hundredth of the terms' magnitudes.
+            let tol = 1e-2 * mag + 1e-4;
+            assert!(
+                (f64::from(v) - want).abs() <= tol,
+                "packed {packed} row {i}: {v} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
 fn bytes_written_before_placing_are_packed_when_placed() {
     let l = Layout::contiguous(DType::Q4_0, &[32, 16]).unwrap();
     let buffer = repack_type().alloc_buffer(l.nbytes()).unwrap();
