@@ -258,14 +258,45 @@ pub(crate) struct PlanCache {
     keys: Vec<NodeKey>,
     /// Per entry of `ids`: (buffer identity, offset), or (0, 0) if unplaced.
     places: Vec<(usize, usize)>,
-    /// Distinct buffers: the buffer, its host region's length and address,
-    /// its writability and its [`layout_generation`].
-    buffers: Vec<(Weak<dyn Buffer>, usize, usize, bool, u64)>,
+    /// Distinct buffers, as they were.
+    buffers: Vec<BufferState>,
     /// Per entry of `buffers`: a tensor placed in it, and whether a node of
     /// the range writes into it (its lock is then taken exclusively).
     locks: Vec<(u32, bool)>,
     /// Scratch bytes the plan needs.
     pub(crate) scratch_bytes: usize,
+}
+
+/// What a plan depends on of a buffer: its host region's length and
+/// address, its writability and its [`layout_generation`].
+#[derive(Debug)]
+struct BufferState {
+    buffer: Weak<dyn Buffer>,
+    len: usize,
+    ptr: usize,
+    writable: bool,
+    generation: u64,
+}
+
+impl BufferState {
+    fn of(buffer: &Arc<dyn Buffer>) -> Self {
+        let region = cpu_region(buffer.as_ref());
+        BufferState {
+            buffer: Arc::downgrade(buffer),
+            len: region.map_or(0, |r| r.len()),
+            ptr: region.map_or(0, |r| r.as_ptr() as usize),
+            writable: buffer.is_writable(),
+            generation: layout_generation(buffer.as_ref()),
+        }
+    }
+}
+
+impl PartialEq for BufferState {
+    /// The same state (the buffers themselves are compared by the caller).
+    fn eq(&self, o: &Self) -> bool {
+        (self.len, self.ptr, self.writable, self.generation)
+            == (o.len, o.ptr, o.writable, o.generation)
+    }
 }
 
 /// The parts of a node a plan depends on.
@@ -357,17 +388,11 @@ impl PlanCache {
                 return false;
             }
         }
-        self.buffers
-            .iter()
-            .all(|(b, len, ptr, writable, generation)| {
-                b.upgrade().is_some_and(|b| {
-                    let region = cpu_region(b.as_ref());
-                    region.map_or(0, |r| r.len()) == *len
-                        && region.map_or(0, |r| r.as_ptr() as usize) == *ptr
-                        && b.is_writable() == *writable
-                        && layout_generation(b.as_ref()) == *generation
-                })
-            })
+        self.buffers.iter().all(|was| {
+            was.buffer
+                .upgrade()
+                .is_some_and(|b| BufferState::of(&b) == *was)
+        })
     }
 
     /// Remember the plan just built for `range` of `graph` on `placement`
@@ -415,7 +440,7 @@ impl PlanCache {
                 match self
                     .buffers
                     .iter()
-                    .position(|(b, ..)| b.as_ptr() as *const u8 as usize == addr)
+                    .position(|s| s.buffer.as_ptr() as *const u8 as usize == addr)
                 {
                     Some(k) => {
                         if let Some(l) = self.locks.get_mut(k) {
@@ -423,14 +448,7 @@ impl PlanCache {
                         }
                     }
                     None => {
-                        let region = cpu_region(p.buffer.as_ref());
-                        self.buffers.push((
-                            Arc::downgrade(&p.buffer),
-                            region.map_or(0, |r| r.len()),
-                            region.map_or(0, |r| r.as_ptr() as usize),
-                            p.buffer.is_writable(),
-                            layout_generation(p.buffer.as_ref()),
-                        ));
+                        self.buffers.push(BufferState::of(&p.buffer));
                         self.locks.push((id, written));
                     }
                 }
