@@ -58,7 +58,7 @@ mod imp {
 
     use super::*;
     use crate::isa::Isa;
-    use crate::kernels::dot_kquant::{Q2K_BYTES, Q3K_BYTES, Q5K_BYTES, q3k_scales};
+    use crate::kernels::dot_kquant::{Q2K_BYTES, Q3K_BYTES, Q5K_BYTES, q3k_scales16};
     use crate::kernels::dot_quant::Q8K_BYTES;
     use crate::kernels::gemv_avx2::imp::{f16_at, hsums, q4k_scales_mins};
     use crate::kernels::gemv_avx2_q8::prefetch;
@@ -329,7 +329,7 @@ mod imp {
                         )
                     };
                     dmin = 0.0;
-                    let sc: [i16; 16] = q3k_scales(&s12).map(|v| v as i16);
+                    let sc = q3k_scales16(&s12);
                     // SAFETY: `sc` holds 16 i16.
                     let scv = unsafe { _mm256_loadu_si256(sc.as_ptr().cast()) };
                     let mut hs = hm;

@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::dot_kquant::{Q2K_BYTES, Q3K_BYTES, q3k_scales};
+use super::dot_kquant::{Q2K_BYTES, Q3K_BYTES, q3k_scales16};
 use super::dot_quant::Q8K_BYTES;
 use super::gemv_avx2::imp::f16_at;
 use super::gemv_avx2_q8::prefetch;
@@ -179,7 +179,7 @@ pub(crate) unsafe fn k23_tile<const K: usize, const R: usize, const C: usize>(
                     )
                 };
                 dmin = 0.0;
-                let sc: [i16; 16] = q3k_scales(&s12).map(|v| v as i16);
+                let sc = q3k_scales16(&s12);
                 // SAFETY: `sc` holds 16 i16.
                 sc16 = unsafe { _mm256_loadu_si256(sc.as_ptr().cast()) };
                 mins = _mm256_setzero_si256();
