@@ -231,7 +231,7 @@ pub(crate) mod imp {
         ys: [*const u8; C],
         nb: usize,
     ) -> [[f32; R]; C] {
-        let (xb, yb) = layout(K);
+        let (xb, _) = layout(K);
         let lut = table();
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
@@ -262,48 +262,8 @@ pub(crate) mod imp {
             for x in xs {
                 prefetch(x.wrapping_add(b * xb), xb + 63);
             }
-            {
-                let mut dy = [0f32; C];
-                for c in 0..C {
-                    // SAFETY: block b < nb of column c: the f32 scale at 0.
-                    dy[c] = unsafe { ys[c].add(b * yb).cast::<f32>().read_unaligned() };
-                }
-                for r in 0..R {
-                    // SAFETY: super-block b < nb of row r (136 bytes).
-                    let (p, dx, h, sl) = unsafe {
-                        let p = xs[r].add(b * xb);
-                        (
-                            p,
-                            f16_at(p),
-                            p.add(2).cast::<u16>().read_unaligned(),
-                            p.add(4).cast::<u32>().read_unaligned(),
-                        )
-                    };
-                    let mut isum = [_mm256_setzero_si256(); C];
-                    for ib in 0..8 {
-                        let ls = (((sl >> (4 * ib)) & 0xf) | ((u32::from(h) >> (2 * ib)) & 3) << 4)
-                            as i16
-                            - 32;
-                        let scale = _mm256_set1_epi16(ls);
-                        // SAFETY: sub-block ib's 16 index bytes at 8 + 16 ib.
-                        let w = unsafe { values(p.add(8 + 16 * ib), lut) };
-                        let aw = _mm256_sign_epi8(w, w);
-                        for c in 0..C {
-                            // SAFETY: 32 quants of sub-block ib at 4 + 32 ib
-                            // of block b of column c.
-                            let y = unsafe {
-                                _mm256_loadu_si256(ys[c].add(b * yb + 4 + 32 * ib).cast())
-                            };
-                            let pr = mul_pairs(aw, w, y);
-                            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, scale));
-                        }
-                    }
-                    for c in 0..C {
-                        let s = _mm256_cvtepi32_ps(isum[c]);
-                        acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx * dy[c]), acc[c][r]);
-                    }
-                }
-            }
+            // SAFETY: super-block b < nb of every row and column.
+            unsafe { xs_block::<R, C>(&xs, &ys, b, lut, &mut acc) };
         }
         if R * C <= 2 {
             for (a, a2) in acc.iter_mut().zip(&acc2) {
@@ -313,6 +273,152 @@ pub(crate) mod imp {
             }
         }
         hsums(&acc)
+    }
+
+    /// The eight sub-block scales `ls - 32` of an IQ4_XS super-block (its
+    /// `scales_h` and `scales_l`) as i16, in both 128-bit lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn xs_scales(h: u16, sl: u32) -> __m256i {
+        let lo = _mm256_srlv_epi32(
+            _mm256_set1_epi32(sl as i32),
+            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+        );
+        let hi = _mm256_srlv_epi32(
+            _mm256_set1_epi32(i32::from(h)),
+            _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+        );
+        let ls = _mm256_or_si256(
+            _mm256_and_si256(lo, _mm256_set1_epi32(0xf)),
+            _mm256_slli_epi32::<4>(_mm256_and_si256(hi, _mm256_set1_epi32(3))),
+        );
+        let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+        // Eight i32 to eight i16, then the same in both lanes.
+        let w = _mm_packs_epi32(
+            _mm256_castsi256_si128(ls),
+            _mm256_extracti128_si256::<1>(ls),
+        );
+        _mm256_set_m128i(w, w)
+    }
+
+    /// One IQ4_XS super-block `b` of every row against every column, into
+    /// `acc`. Sub-blocks go two at a time: one 32-byte load holds both
+    /// sub-blocks' index bytes, whose low nibbles are values 0..16 of each
+    /// (one per 128-bit lane) and high nibbles 16..32; the activations are
+    /// arranged to match once per column and pair, for all rows.
+    ///
+    /// # Safety
+    /// As [`tile`]: super-block `b` of every row and column is readable;
+    /// AVX2, FMA and F16C present.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn xs_block<const R: usize, const C: usize>(
+        xs: &[*const u8; R],
+        ys: &[*const u8; C],
+        b: usize,
+        lut: __m256i,
+        acc: &mut [[__m256; R]; C],
+    ) {
+        let (xb, yb) = layout(XS);
+        let m4 = _mm256_set1_epi8(0xf);
+        let mut scales = [_mm256_setzero_si256(); R];
+        let mut dx = [0f32; R];
+        for r in 0..R {
+            // SAFETY: super-block b of row r (136 bytes): d at 0, scales_h
+            // at 2, scales_l at 4.
+            unsafe {
+                let p = xs[r].add(b * xb);
+                dx[r] = f16_at(p);
+                scales[r] = xs_scales(
+                    p.add(2).cast::<u16>().read_unaligned(),
+                    p.add(4).cast::<u32>().read_unaligned(),
+                );
+            }
+        }
+        let mut isum = [[_mm256_setzero_si256(); R]; C];
+        for pair in 0..4 {
+            // The scale of sub-block 2 pair in the low lane, 2 pair + 1 in
+            // the high one (16-bit words, for `vpmaddwd`).
+            let (s0, s1) = ((4 * pair) as i8, (4 * pair + 2) as i8);
+            let pick = _mm256_setr_epi8(
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s0,
+                s0 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+                s1,
+                s1 + 1,
+            );
+            let mut yv = [[_mm256_setzero_si256(); 2]; C];
+            for (c, y) in yv.iter_mut().enumerate() {
+                // SAFETY: sub-blocks 2 pair and 2 pair + 1 of block b of
+                // column c: 64 quants at 4 + 64 pair.
+                let (a, e) = unsafe {
+                    let q = ys[c].add(b * yb + 4 + 64 * pair);
+                    (
+                        _mm256_loadu_si256(q.cast()),
+                        _mm256_loadu_si256(q.add(32).cast()),
+                    )
+                };
+                *y = [
+                    _mm256_permute2x128_si256::<0x20>(a, e),
+                    _mm256_permute2x128_si256::<0x31>(a, e),
+                ];
+            }
+            for r in 0..R {
+                // SAFETY: the two sub-blocks' 32 index bytes at 8 + 32 pair.
+                let q = unsafe { _mm256_loadu_si256(xs[r].add(b * xb + 8 + 32 * pair).cast()) };
+                let w = [
+                    _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4)),
+                    _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4)),
+                ];
+                let aw = [_mm256_sign_epi8(w[0], w[0]), _mm256_sign_epi8(w[1], w[1])];
+                let scale = _mm256_shuffle_epi8(scales[r], pick);
+                for c in 0..C {
+                    let p0 = mul_pairs(aw[0], w[0], yv[c][0]);
+                    let p1 = mul_pairs(aw[1], w[1], yv[c][1]);
+                    // Each pair sum reaches 2 * 127 * 127: widen before adding.
+                    let p = _mm256_add_epi32(
+                        _mm256_madd_epi16(p0, scale),
+                        _mm256_madd_epi16(p1, scale),
+                    );
+                    isum[c][r] = _mm256_add_epi32(isum[c][r], p);
+                }
+            }
+        }
+        for c in 0..C {
+            // SAFETY: block b of column c: the f32 scale at 0.
+            let dy = unsafe { ys[c].add(b * yb).cast::<f32>().read_unaligned() };
+            for r in 0..R {
+                let s = _mm256_cvtepi32_ps(isum[c][r]);
+                acc[c][r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dx[r] * dy), acc[c][r]);
+            }
+        }
     }
 
     /// One IQ4_NL block `b` of every row against every column, into `acc`.
