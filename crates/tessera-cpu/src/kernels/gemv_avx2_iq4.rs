@@ -336,50 +336,18 @@ pub(crate) mod imp {
             }
         }
         let mut isum = [[_mm256_setzero_si256(); R]; C];
-        for pair in 0..4 {
-            // The scale of sub-block 2 pair in the low lane, 2 pair + 1 in
-            // the high one (16-bit words, for `vpmaddwd`).
-            let (s0, s1) = ((4 * pair) as i8, (4 * pair + 2) as i8);
-            let pick = _mm256_setr_epi8(
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s0,
-                s0 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-                s1,
-                s1 + 1,
-            );
+        for pair in 0..4i16 {
+            // The scale (word) of sub-block 2 pair in the low lane, 2 pair + 1
+            // in the high one, for `vpmaddwd`: byte indices 2w, 2w + 1 of
+            // word w, repeated over the lane.
+            let word = |w: i16| _mm_set1_epi16(((2 * w + 1) << 8) | (2 * w));
+            let pick = _mm256_set_m128i(word(2 * pair + 1), word(2 * pair));
             let mut yv = [[_mm256_setzero_si256(); 2]; C];
             for (c, y) in yv.iter_mut().enumerate() {
                 // SAFETY: sub-blocks 2 pair and 2 pair + 1 of block b of
                 // column c: 64 quants at 4 + 64 pair.
                 let (a, e) = unsafe {
-                    let q = ys[c].add(b * yb + 4 + 64 * pair);
+                    let q = ys[c].add(b * yb + 4 + 64 * pair as usize);
                     (
                         _mm256_loadu_si256(q.cast()),
                         _mm256_loadu_si256(q.add(32).cast()),
@@ -392,7 +360,8 @@ pub(crate) mod imp {
             }
             for r in 0..R {
                 // SAFETY: the two sub-blocks' 32 index bytes at 8 + 32 pair.
-                let q = unsafe { _mm256_loadu_si256(xs[r].add(b * xb + 8 + 32 * pair).cast()) };
+                let at = b * xb + 8 + 32 * pair as usize;
+                let q = unsafe { _mm256_loadu_si256(xs[r].add(at).cast()) };
                 let w = [
                     _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4)),
                     _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4)),

@@ -79,10 +79,21 @@ fn scale_lanes(scales: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
+/// The order of a Q8K block's quants in [`q8k_columns`]' four registers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum YOrder {
+    /// Register `t`: values `64 t..64 t + 64`.
+    Consecutive,
+    /// Register `j`: values `32 j..+32` and `128 + 32 j..+32` (the Q2K/Q3K
+    /// planes).
+    Halves,
+    /// Register `2p + h`: values `128 p + 32 h..+32` and `128 p + 64 + 32
+    /// h..+32` (Q4K/Q5K's low and high nibbles of two code chunks).
+    Nibbles,
+}
+
 /// Block `b` of every Q8K column: its scale, its 256 quants as four
-/// registers, and its 16 block sums. With `halves`, register `j` holds
-/// values `32 j..32 j + 32` and `128 + 32 j..` (the Q2K/Q3K planes), else
-/// register `t` holds values `64 t..64 t + 64`.
+/// registers in `order`, and its 16 block sums.
 ///
 /// # Safety
 /// Block `b` of every column must be readable (292 bytes each); AVX-512F/BW
@@ -92,7 +103,7 @@ fn scale_lanes(scales: __m256i) -> __m512i {
 pub(crate) unsafe fn q8k_columns<const C: usize>(
     ys: &[*const u8; C],
     b: usize,
-    halves: bool,
+    order: YOrder,
 ) -> ([f32; C], [[__m512i; 4]; C], [__m256i; C]) {
     let mut yv = [[_mm512_setzero_si512(); 4]; C];
     let mut bs = [_mm256_setzero_si256(); C];
@@ -103,14 +114,21 @@ pub(crate) unsafe fn q8k_columns<const C: usize>(
         unsafe {
             let p = ys[c].add(b * Q8K_BYTES);
             dy[c] = p.cast::<f32>().read_unaligned();
-            for (j, y) in yv[c].iter_mut().enumerate() {
-                *y = if halves {
-                    let lo = _mm256_loadu_si256(p.add(YQ + 32 * j).cast());
-                    let hi = _mm256_loadu_si256(p.add(YQ + 128 + 32 * j).cast());
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-                } else {
-                    _mm512_loadu_si512(p.add(YQ + 64 * j).cast())
+            for (t, y) in yv[c].iter_mut().enumerate() {
+                let (lo, hi) = match order {
+                    YOrder::Consecutive => {
+                        *y = _mm512_loadu_si512(p.add(YQ + 64 * t).cast());
+                        continue;
+                    }
+                    YOrder::Halves => (32 * t, 128 + 32 * t),
+                    YOrder::Nibbles => {
+                        let at = 128 * (t / 2) + 32 * (t % 2);
+                        (at, at + 64)
+                    }
                 };
+                let lo = _mm256_loadu_si256(p.add(YQ + lo).cast());
+                let hi = _mm256_loadu_si256(p.add(YQ + hi).cast());
+                *y = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
             }
             bs[c] = _mm256_loadu_si256(p.add(BSUMS).cast());
         }
@@ -144,7 +162,7 @@ pub(crate) unsafe fn k23_tile<const K: usize, const R: usize, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     for b in 0..nb {
         // SAFETY: block b < nb of every column.
-        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, true) };
+        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, YOrder::Halves) };
         for r in 0..R {
             // SAFETY: block b < nb of row r.
             let p = unsafe { xs[r].add(b * xb) };

@@ -23,47 +23,11 @@
 use std::arch::x86_64::*;
 
 use super::dot_kquant::Q5K_BYTES;
-use super::dot_quant::{Q4K_BYTES, Q8K_BYTES};
+use super::dot_quant::Q4K_BYTES;
 use super::gemv_avx2::imp::q4k_scales_mins;
 use super::gemv_avx2_q8::prefetch;
 use super::gemv_avx512::imp::sums;
-
-/// Byte offsets in an activation block: quants, block sums.
-const YQ: usize = 4;
-const BSUMS: usize = 260;
-
-/// Block `b` of every column: its scale, its quants in the weights' nibble
-/// order (register `2p + h` holds values `128 p + 32 h..+32` and `128 p +
-/// 64 + 32 h..+32`) and its 16 block sums.
-///
-/// # Safety
-/// Block `b` of every column must be readable; AVX-512F/BW present.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn columns<const C: usize>(
-    ys: &[*const u8; C],
-    b: usize,
-) -> ([f32; C], [[__m512i; 4]; C], [__m256i; C]) {
-    let mut yv = [[_mm512_setzero_si512(); 4]; C];
-    let mut bs = [_mm256_setzero_si256(); C];
-    let mut dy = [0f32; C];
-    for c in 0..C {
-        // SAFETY: block b of column c: `d` at 0, the quants at 4, the block
-        // sums at 260 of its 292 bytes (the caller's promise).
-        unsafe {
-            let p = ys[c].add(b * Q8K_BYTES);
-            dy[c] = p.cast::<f32>().read_unaligned();
-            for (t, y) in yv[c].iter_mut().enumerate() {
-                let at = YQ + 128 * (t / 2) + 32 * (t % 2);
-                let lo = _mm256_loadu_si256(p.add(at).cast());
-                let hi = _mm256_loadu_si256(p.add(at + 64).cast());
-                *y = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            }
-            bs[c] = _mm256_loadu_si256(p.add(BSUMS).cast());
-        }
-    }
-    (dy, yv, bs)
-}
+use super::gemv_avx512_k::{YOrder, q8k_columns};
 
 /// Q4K rows x Q8K columns: `out[c][r] = dot(xs[r], ys[c])` over `nb`
 /// super-blocks.
@@ -129,7 +93,7 @@ unsafe fn k45_tile<const Q5: bool, const R: usize, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     for b in 0..nb {
         // SAFETY: block b < nb of every column.
-        let (dy, yv, bs) = unsafe { columns(&ys, b) };
+        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, YOrder::Nibbles) };
         for r in 0..R {
             // SAFETY: super-block b < nb of row r (`bytes`): d, dmin at 0,
             // the scales at 4..16, (Q5K: qh at 16..48), the codes at `qs`.

@@ -25,7 +25,7 @@ use super::dot_quant::Q6K_BYTES;
 use super::gemv_avx2::imp::f16_at;
 use super::gemv_avx2_q8::prefetch;
 use super::gemv_avx512::imp::sums;
-use super::gemv_avx512_k::q8k_columns;
+use super::gemv_avx512_k::{YOrder, q8k_columns};
 
 /// Byte offsets in a weight super-block.
 const QL: usize = 0;
@@ -69,7 +69,7 @@ pub(crate) unsafe fn q6_k_tile<const R: usize, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     for b in 0..nb {
         // SAFETY: block b < nb of every column.
-        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, false) };
+        let (dy, yv, bs) = unsafe { q8k_columns(&ys, b, YOrder::Consecutive) };
         for r in 0..R {
             // SAFETY: super-block b < nb of row r (210 bytes): ql at 0,
             // qh at 128, the 16 i8 scales at 192, d at 208.

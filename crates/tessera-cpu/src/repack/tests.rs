@@ -152,40 +152,7 @@ fn a_plan_is_not_reused_after_bytes_are_packed_under_it() {
     let la = Layout::contiguous(DType::Q4_0, &[k, m]).unwrap();
     let weights = repack_type().alloc_buffer(wq.len()).unwrap();
     weights.write(0, &wq).unwrap();
-    let mut g = Graph::new();
-    let a = g.new_tensor(DType::Q4_0, &[k, m]).unwrap();
-    let bt = g.new_tensor(DType::F32, &[k, 1]).unwrap();
-    let d = g.mul_mat(a, bt).unwrap();
-    let io = crate::device().buffer_type().alloc_buffer(4096).unwrap();
-    io.write(0, bytemuck::cast_slice(&b)).unwrap();
-    let mut p = Placement::new(&g);
-    p.set(
-        &g,
-        a,
-        Place {
-            buffer: weights.clone(),
-            offset: 0,
-        },
-    )
-    .unwrap();
-    p.set(
-        &g,
-        bt,
-        Place {
-            buffer: io.clone(),
-            offset: 0,
-        },
-    )
-    .unwrap();
-    p.set(
-        &g,
-        d,
-        Place {
-            buffer: io.clone(),
-            offset: 1024,
-        },
-    )
-    .unwrap();
+    let (g, p, io, d_off) = mul_mat_graph(&weights, la, &b, [k, 1, 1]).unwrap();
     let s = crate::device()
         .new_stream(&StreamOptions::new().threads(2))
         .unwrap();
@@ -197,7 +164,7 @@ fn a_plan_is_not_reused_after_bytes_are_packed_under_it() {
         }
         s.compute(&g, &p).unwrap();
         let mut out = vec![0u8; m * 4];
-        io.read(1024, &mut out).unwrap();
+        io.read(d_off, &mut out).unwrap();
         let got: &[f32] = bytemuck::cast_slice(&out);
         for (i, &v) in got.iter().enumerate() {
             let (want, mag) = reference(&w[i * k..][..k], &b);
@@ -252,15 +219,15 @@ fn reference(w: &[f32], b: &[f32]) -> (f64, f64) {
     (sum, mag)
 }
 
-/// `a x b` with `a` in `weights` (a buffer of either buffer type) on a
-/// stream with `options`.
-fn mul_mat(
+/// The graph of `a x b` with `a` (`la`) in `weights` at 0 and the
+/// activations `b` (`bne`) and the result in a new host buffer: the graph,
+/// its placement, that buffer and the result's offset in it.
+fn mul_mat_graph(
     weights: &Arc<dyn Buffer>,
     la: Layout,
     b: &[f32],
     bne: [usize; 3],
-    options: &StreamOptions,
-) -> tessera::Result<Vec<f32>> {
+) -> tessera::Result<(Graph, Placement, Arc<dyn Buffer>, usize)> {
     let mut g = Graph::new();
     let a = g.new_tensor(DType::Q4_0, &la.ne[..3])?;
     let bt = g.new_tensor(DType::F32, &bne)?;
@@ -272,30 +239,24 @@ fn mul_mat(
     io.write(0, bytemuck::cast_slice(b))?;
     let d_off = (b.len() * 4).div_ceil(64) * 64;
     let mut p = Placement::new(&g);
-    p.set(
-        &g,
-        a,
-        Place {
-            buffer: weights.clone(),
-            offset: 0,
-        },
-    )?;
-    p.set(
-        &g,
-        bt,
-        Place {
-            buffer: io.clone(),
-            offset: 0,
-        },
-    )?;
-    p.set(
-        &g,
-        d,
-        Place {
-            buffer: io.clone(),
-            offset: d_off,
-        },
-    )?;
+    for (id, buffer, offset) in [(a, weights, 0), (bt, &io, 0), (d, &io, d_off)] {
+        let buffer = buffer.clone();
+        p.set(&g, id, Place { buffer, offset })?;
+    }
+    Ok((g, p, io, d_off))
+}
+
+/// `a x b` with `a` in `weights` (a buffer of either buffer type) on a
+/// stream with `options`.
+fn mul_mat(
+    weights: &Arc<dyn Buffer>,
+    la: Layout,
+    b: &[f32],
+    bne: [usize; 3],
+    options: &StreamOptions,
+) -> tessera::Result<Vec<f32>> {
+    let (g, p, io, d_off) = mul_mat_graph(weights, la, b, bne)?;
+    let nd = la.ne[1] * bne[1] * bne[2];
     let s = crate::device().new_stream(options)?;
     s.compute(&g, &p)?;
     let mut out = vec![0u8; nd * 4];
