@@ -359,8 +359,9 @@ pub(crate) mod imp {
                 ];
             }
             for r in 0..R {
-                // SAFETY: the two sub-blocks' 32 index bytes at 8 + 32 pair.
                 let at = b * xb + 8 + 32 * pair as usize;
+                // SAFETY: the two sub-blocks' 32 index bytes at 8 + 32 pair
+                // of super-block b of row r.
                 let q = unsafe { _mm256_loadu_si256(xs[r].add(at).cast()) };
                 let w = [
                     _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4)),
