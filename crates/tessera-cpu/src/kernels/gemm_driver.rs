@@ -205,6 +205,14 @@ impl Plan {
     /// column groups.
     fn split(&self, nmats: usize, gmax: usize, nth: usize) -> (usize, usize, usize) {
         let mr = self.mr;
+        if nth > 1 && matches!(self.path, Path::Packed { quad: Some(_), .. }) {
+            // One column of repacked weights: units of four panels (one
+            // call of the four-panel kernel), many of them, so the threads
+            // finish together (with 4 units a thread, the last one left
+            // a thread waiting 7 % of a decoding step).
+            let mu = 4 * mr;
+            return (mu, self.m.div_ceil(mu), 1);
+        }
         let want = if nth > 1 { 4 * nth } else { 1 };
         let panels = self.m.div_ceil(mr);
         let nmc0 = self
