@@ -30,26 +30,17 @@ pub(crate) fn q8k_bsum(y: &[u8], j: usize) -> i32 {
     i32::from(i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]))
 }
 
-/// [`q3k_scales`] as i16 from the block's 12 scale bytes, for the SIMD
-/// kernels: a fixed-size array keeps it free of bounds checks (through a
-/// slice, the AVX2 one-column Q3_K product ran 3x slower: 4.1-4.5 ms
-/// against 1.4-1.9 ms at m = 4096, k = 14336).
+/// The sixteen 6-bit scales of a Q3K block minus 32 (ggml's `aux`
+/// shuffle), from the block's 12 scale bytes. A fixed-size array keeps it
+/// free of bounds checks in the SIMD kernels (through a slice, the AVX2
+/// one-column Q3_K product ran 3x slower: 4.1-4.5 ms against 1.4-1.9 ms at
+/// m = 4096, k = 14336).
 #[inline(always)]
 pub(crate) fn q3k_scales16(s: &[u8; 12]) -> [i16; 16] {
     std::array::from_fn(|j| {
         let lo = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
         let hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
         i16::from(lo | (hi << 4)) - 32
-    })
-}
-
-/// The sixteen 6-bit scales of a Q3K block minus 32 (ggml's `aux` shuffle).
-#[inline(always)]
-pub(crate) fn q3k_scales(s: &[u8]) -> [i32; 16] {
-    std::array::from_fn(|j| {
-        let lo = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
-        let hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-        i32::from(lo | (hi << 4)) - 32
     })
 }
 
@@ -88,7 +79,9 @@ pub fn dot_q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
     for (xb, yb) in x.chunks_exact(Q3K_BYTES).zip(y.chunks_exact(Q8K_BYTES)) {
         let hm = &xb[..32];
         let qs = &xb[32..96];
-        let scales = q3k_scales(&xb[96..108]);
+        let mut s12 = [0u8; 12];
+        s12.copy_from_slice(&xb[96..108]);
+        let scales = q3k_scales16(&s12).map(i32::from);
         let q8 = &yb[4..260];
         let mut isum = 0i32;
         for (s, (&scale, q8s)) in scales.iter().zip(q8.chunks_exact(16)).enumerate() {
