@@ -429,6 +429,7 @@ impl Executor {
             let mut operand_mask = 0u8;
             let mut layouts = [None; MAX_SRC];
             let mut src_bytes = [0usize; MAX_SRC];
+            let mut weights_packing = Packing::Standard;
             for (i, s) in node.srcs.iter().enumerate() {
                 let Some(s) = s else { continue };
                 let (r, r_bytes) = cache.resolve(graph, placement, *s)?;
@@ -436,10 +437,7 @@ impl Executor {
                     if !matches!(node.op, Op::MulMat) || i != 0 {
                         return Err(repacked_operand(graph, id, &format!("operand {i}")));
                     }
-                    if let Some(b) = node.srcs[1].and_then(|b| graph.nodes().get(b.index())) {
-                        let need = kernels::packed_scratch_size(&r.layout, &b.layout, nth);
-                        scratch = scratch.max(need);
-                    }
+                    weights_packing = r.packing;
                 }
                 check_overlap(graph, id, i, (&dst, dst_bytes), (&r, r_bytes))?;
                 self.operands.push(r);
@@ -454,6 +452,7 @@ impl Executor {
                 &node.op,
                 &dst.layout,
                 &layouts,
+                weights_packing,
                 nth,
                 isa,
             ));

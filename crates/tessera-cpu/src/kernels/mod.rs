@@ -246,16 +246,21 @@ pub fn kernel_for(op: &Op) -> Option<KernelFn> {
 }
 
 /// Scratch bytes node `op` needs when `nth` threads compute it; `dst` and
-/// `src` are the layouts of its result and operands.
+/// `src` are the layouts of its result and operands, `packing` how operand
+/// 0 is stored (repacked MUL_MAT weights always take the packed GEMM).
 pub fn scratch_size(
     op: &Op,
     dst: &Layout,
     src: &[Option<&Layout>; MAX_SRC],
+    packing: Packing,
     nth: usize,
     isa: Isa,
 ) -> usize {
     let _ = dst;
     match (op, src[0], src[1], src[2]) {
+        (Op::MulMat, Some(a), Some(b), _) if packing != Packing::Standard => {
+            gemm::packed_scratch_size(a, b, nth)
+        }
         (Op::MulMat, Some(a), Some(b), _) => matmul::mul_mat_scratch_size(a, b, nth, isa),
         (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
             matmul::id::mul_mat_id_scratch_size(a, b, ids)
@@ -269,11 +274,6 @@ pub fn scratch_size(
         }
         _ => 0,
     }
-}
-
-/// Scratch bytes of a MUL_MAT whose weights `a` are repacked.
-pub fn packed_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
-    gemm::packed_scratch_size(a, b, nth)
 }
 
 /// Bytes of one thread's share of a scratch holding `n` items of `size`
