@@ -11,13 +11,17 @@
 #
 #   scripts/ggml-bench/build.sh            # builds $WORK/build/bin/test-backend-ops
 #   WORK=/some/dir scripts/ggml-bench/build.sh
+#   EXTRA_TARGETS="llama-bench llama-quantize" scripts/ggml-bench/build.sh
 set -euo pipefail
 WORK=${WORK:-/tmp/ggml-bench}
 VER=0.3.36
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 if [ ! -d "$WORK/llama_cpp_python-$VER" ]; then
-  pip download --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$WORK"
+  # Only this package as source: ":all:" would also build its build
+  # dependencies (CMake itself) from source, which takes the better part of
+  # an hour on two cores.
+  pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VER" -d "$WORK"
   tar xzf "$WORK/llama_cpp_python-$VER.tar.gz" -C "$WORK"
 fi
 SRC="$WORK/src"
@@ -27,6 +31,6 @@ python3 "$HERE/patch_cases.py" "$SRC/tests/test-backend-ops.cpp"
 command -v cmake >/dev/null || pip install cmake
 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_BUILD_TESTS=ON -DLLAMA_CURL=OFF >/dev/null
-cmake --build "$WORK/build" -j"${JOBS:-2}" --target test-backend-ops
+cmake --build "$WORK/build" -j"${JOBS:-2}" --target test-backend-ops ${EXTRA_TARGETS:-}
 echo "built $WORK/build/bin/test-backend-ops"
 echo "run:  cargo run --release -p tessera-cli -- bench ops --ggml $WORK/build/bin/test-backend-ops"

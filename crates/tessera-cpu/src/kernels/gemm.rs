@@ -47,6 +47,23 @@ use crate::repack::Packing;
 
 /// Values of `k` per slice (a multiple of every block size: 256).
 pub(crate) const KC: usize = 256;
+/// Values of `k` per slice on the integer paths (codes are one byte a
+/// value, so a unit's A panels take a quarter of the f32 path's bytes per
+/// value): each output tile is loaded and stored once per slice, and with
+/// `m` a power of two its columns are 4-16 KiB apart, all in one set of an
+/// 8-way L1 (Zen 4's 32 KiB): at 256 those loads and stores took 16 % of a
+/// Q4_K `n = 512` product there, at 512 half as many. Fits the A buffer
+/// (codes in its first half, scales in its second, see `gemm_driver`), the
+/// conversion rows and the zero row (checked below).
+pub(crate) const KC_Q: usize = 512;
+const _: () = {
+    assert!(KC_Q.is_multiple_of(KC));
+    assert!(MC * KC_Q <= AP_BYTES / 2);
+    // Scales: two f32 per row and sub-block of at least 16 values.
+    assert!(MC * (KC_Q / 16) * 2 * 4 <= AP_BYTES / 2);
+    // Byte codes of a row in a conversion row (`KC` f32) and the zero row.
+    assert!(KC_Q <= KC * 4);
+};
 /// Most weight rows per unit (a multiple of every `MR`): the A panels of a
 /// unit, `MC * KC * 4` bytes, stay in L2.
 pub(crate) const MC: usize = 256;

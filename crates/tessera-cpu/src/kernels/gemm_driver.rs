@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tessera::{DType, Error, Op, Result};
 
-use super::gemm::{AP_BYTES, KC, LINE, MC, Path, Sizes, TMP_BYTES, check, cols_per_matrix};
+use super::gemm::{AP_BYTES, KC, KC_Q, LINE, MC, Path, Sizes, TMP_BYTES, check, cols_per_matrix};
 use super::gemm_pack::{PackBufs, PanelSrc, SlicePrefetch, Tile, pack_a, pack_b};
 use super::gemm_packed::{BLOCK as PACKED_BLOCK, panel_from_packed};
 use super::gemm_q8::{QB, QTile, pack_a_q8, pack_b_q8};
@@ -293,7 +293,8 @@ impl Plan {
         // sequential stream per call instead of one short run per slice).
         let slice = match self.path {
             Path::Packed { .. } if groups.len() == 1 => k,
-            _ => KC,
+            Path::Q8 { .. } | Path::Packed { .. } => KC_Q,
+            Path::F32 { .. } => KC,
         };
         let mut pc = 0;
         loop {
@@ -305,7 +306,7 @@ impl Plan {
                 let row0 = unsafe { a0.add(r * nb01) };
                 let nrows = mr.min(rows.end - r);
                 // SAFETY: the rows hold k values (whole blocks; pc and kc are
-                // multiples of KC or end at k); panel ip of this thread's A
+                // multiples of the slice, KC or KC_Q, or end at k); panel ip of this thread's A
                 // buffer (MC / mr panels of KC * mr values, codes in the
                 // first half and scales in the second on the integer path).
                 unsafe {
@@ -339,7 +340,7 @@ impl Plan {
                     }
                 }
             }
-            let mut pf = self.next_slice(a0, &rows, pc + kc, groups.len() * panels);
+            let mut pf = self.next_slice(a0, &rows, pc + kc, slice, groups.len() * panels);
             let mut call = |ip: usize, g: usize, cols: &[*mut f32], four: bool| {
                 let gb = self.group(g - g0);
                 let row = rows.start + ip * mr;
@@ -418,20 +419,21 @@ impl Plan {
     }
 
     /// The prefetcher of the slice of `k` starting at `l0` of weight rows
-    /// `rows` (matrix at `a0`), spread over `calls` kernel calls; nothing
-    /// after the last slice.
+    /// `rows` (matrix at `a0`; slices of `slice` values), spread over
+    /// `calls` kernel calls; nothing after the last slice.
     fn next_slice(
         &self,
         a0: *const u8,
         rows: &Range<usize>,
         l0: usize,
+        slice: usize,
         calls: usize,
     ) -> SlicePrefetch {
         if l0 >= self.k {
             return SlicePrefetch::none();
         }
         let t = self.a.layout.dtype;
-        let kc = KC.min(self.k - l0);
+        let kc = slice.min(self.k - l0);
         if self.a.packing != Packing::Standard {
             // Panels of 16 rows, each slice `kc / 32` consecutive blocks.
             let (mr, nb1) = (super::gemm_packed::MR, self.a.nb(1));

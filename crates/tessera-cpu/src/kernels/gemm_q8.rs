@@ -451,7 +451,7 @@ pub(crate) unsafe fn pack_a_q8(
     let step = (s / sub_size(t).unwrap_or(s)).max(1);
     let unpack = (qk.unpack)(t);
     let mut ptrs = [bufs.zeros; super::gemm_pack::MR_MAX];
-    let mut sc = [(0f32, 0f32); super::gemm::KC / 16];
+    let mut sc = [(0f32, 0f32); super::gemm::KC_Q / 16];
     for (r, p) in ptrs.iter_mut().enumerate().take(mr) {
         if r >= rows {
             for j in 0..nsub {

@@ -434,6 +434,10 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::Q8_0, 320, 18, 30, [1, 1], [1, 1], &mut rng);
     driver_case(DType::IQ4NL, 288, 21, 13, [1, 1], [1, 1], &mut rng);
     driver_case(DType::IQ4XS, 512, 19, 11, [1, 1], [1, 2], &mut rng);
+    // Several slices of the integer path (`KC_Q` values) and a shorter last one.
+    driver_case(DType::Q4K, 1280, 33, 13, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::Q4_0, 1120, 17, 12, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::Q5K, 1536, 16, 9, [1, 1], [1, 1], &mut rng);
     // k = 0: the output is zeros.
     driver_case(DType::F32, 0, 6, 5, [1, 1], [1, 1], &mut rng);
 }

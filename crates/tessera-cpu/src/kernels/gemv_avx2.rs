@@ -236,11 +236,14 @@ pub(crate) mod imp {
     safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 4, 2);
     safe_tile!(q4k_safe, q4k_tile, Q4K_BYTES, Q8K_BYTES, 1, 1, 4);
     safe_tile!(q6k_safe, q6k_tile, Q6K_BYTES, Q8K_BYTES, 1, 1, 4);
-    safe_tile!(f32_safe, f32_tile, 4, 4, 4, 2, 4);
-    safe_tile!(f16_safe, f16_tile, 2, 2, 4, 2, 4);
-    safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 2, 4);
-    safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 2, 4);
-    safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 2, 4);
+    // Floats: 4 x 2 sub-tiles past one column, four weight rows in flight
+    // (as the AVX-512 tiles; 2 x 4 kept two): on Zen 4 with `isa=avx2`, F16
+    // `n = 8` 7.9 -> 7.1 ms, F32 12.1 -> 11.5 ms (alternated).
+    safe_tile!(f32_safe, f32_tile, 4, 4, 4, 4, 2);
+    safe_tile!(f16_safe, f16_tile, 2, 2, 4, 4, 2);
+    safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 4, 2);
+    safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 4, 2);
+    safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 4, 2);
 
     /// Sum of the eight lanes.
     #[inline]
