@@ -73,18 +73,32 @@ pub struct Tuning {
     pub machine: Option<String>,
 }
 
+/// Zen 4 (AMD EPYC family 25 model 17, 2 vCPUs, 2026-11-27): the column
+/// counts from which the GEMM beats the dot products, as `tessera bench
+/// tune` found them in every run (three at weights of 4096 x 4096, one at
+/// 4096 x 14336, which do not fit its 32 MiB L3). The same runs picked the
+/// AVX2 dot products for Q3_K and Q5_K at 4096 x 4096 (in L3), which live
+/// runs from memory refuted (k = 14336, one column: AVX-512 980-1035 us
+/// against AVX2 1131-1343 us for Q3_K): not taken.
+pub const ZEN4: &str = "q8_0.gemm_from=8\n\
+                        q6_K.gemm_from=12\n\
+                        iq4_xs.gemm_from=12\n";
+
 /// Longest tuning file read (a few hundred settings at most).
 const MAX_FILE_BYTES: u64 = 64 << 10;
 /// Largest `gemm_from` (fits the packed table word).
 const MAX_GEMM_FROM: usize = (1 << 24) - 2;
 
 impl Tuning {
-    /// The built-in choices for `machine`'s class. Empty today: the kernels'
-    /// defaults were measured on Intel AVX-512 and Zen 3 AVX2 machines, and
-    /// a class gets entries here once they are measured on it (`tessera
-    /// bench tune` prints what it found, in this file's syntax).
+    /// The built-in choices for `machine`'s class. The kernels' defaults
+    /// were measured on Intel AVX-512 and Zen 3 AVX2 machines; a class gets
+    /// entries here once they are measured on it (`tessera bench tune`
+    /// prints what it found, in this file's syntax): today Zen 4
+    /// ([`ZEN4`]).
     pub fn builtin(machine: &Machine) -> Tuning {
-        let _ = machine;
+        if machine.microarch == "Zen 4" && machine.width512 == crate::machine::Width512::Split {
+            return Tuning::parse(ZEN4).unwrap_or_default();
+        }
         Tuning::default()
     }
 
@@ -434,6 +448,32 @@ mod tests {
         assert_eq!(t.get(DType::F16), TypeTuning::default());
         assert_eq!(t.len(), 4);
         assert_eq!(Tuning::parse(&t.to_text()).unwrap(), t);
+    }
+
+    #[test]
+    fn zen4_gets_its_measured_choices_and_other_machines_none() {
+        let eax = |family: u32, model: u32| {
+            let (base, ext) = if family > 15 {
+                (15, family - 15)
+            } else {
+                (family, 0)
+            };
+            (ext << 20) | ((model >> 4) << 16) | (base << 8) | ((model & 0xF) << 4)
+        };
+        let zen4 = Machine::from_signature("AuthenticAMD", eax(25, 0x11), true);
+        let t = Tuning::builtin(&zen4);
+        assert_eq!(t, Tuning::parse(ZEN4).unwrap());
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get(DType::IQ4XS).gemm_from, Some(12));
+        assert_eq!(t.get(DType::Q4K), TypeTuning::default());
+        // The same CPU without AVX-512 in use, an Intel Xeon, Zen 3: none.
+        for m in [
+            Machine::from_signature("AuthenticAMD", eax(25, 0x11), false),
+            Machine::from_signature("GenuineIntel", eax(6, 0xCF), true),
+            Machine::from_signature("AuthenticAMD", eax(25, 0x01), false),
+        ] {
+            assert!(Tuning::builtin(&m).is_empty(), "{}", m.describe());
+        }
     }
 
     #[test]
