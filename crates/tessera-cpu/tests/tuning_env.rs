@@ -73,10 +73,9 @@ fn saved_file_then_environment_then_builtin_only() {
     set("TESSERA_CPU_TUNE", None);
 
     // A file measured on another CPU type, or with a bad line: ignored.
-    for bad in [
-        "machine=amd-f25-m17-s1-avx512\nq4_K.gemm_from=12\n",
-        "q4_K.gemm_frm=12\n",
-    ] {
+    // (Another type: never this machine's key, whatever CPU runs the test.)
+    let other = format!("machine=other-{}\nq4_K.gemm_from=12\n", machine.key());
+    for bad in [other.as_str(), "q4_K.gemm_frm=12\n"] {
         std::fs::write(&path, bad).unwrap();
         let a = from_environment();
         assert_eq!(a.sources.len(), 1, "{bad}");
