@@ -306,9 +306,11 @@ impl Plan {
                 let row0 = unsafe { a0.add(r * nb01) };
                 let nrows = mr.min(rows.end - r);
                 // SAFETY: the rows hold k values (whole blocks; pc and kc are
-                // multiples of the slice, KC or KC_Q, or end at k); panel ip of this thread's A
-                // buffer (MC / mr panels of KC * mr values, codes in the
-                // first half and scales in the second on the integer path).
+                // multiples of the slice, KC or KC_Q, or end at k); panel
+                // ip of this thread's A buffer (MC / mr panels of KC * mr
+                // f32, or on the integer path KC_Q * mr codes in its first
+                // half and their scales in the second: `gemm::KC_Q` checks
+                // that they fit).
                 unsafe {
                     match self.path {
                         Path::F32 { ks, .. } => {
