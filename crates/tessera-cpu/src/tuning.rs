@@ -18,7 +18,10 @@
 //! 4. [`install`], by a program (the tuner does this for each trial).
 //!
 //! Settings: `TYPE.dot=scalar|avx2|avx512`, `TYPE.gemm=scalar|avx2|avx512`,
-//! `TYPE.gemm_int=on|off`, `TYPE.gemm_from=N` (`TYPE` as ggml names it:
+//! `TYPE.gemm_int=on|off`, `TYPE.gemm_sb=on|off` (the K-quants' and
+//! IQ4_XS's integer GEMM with activations quantized per 256 values, as
+//! ggml's Q8_K, where the kernel set has it; off: per 32),
+//! `TYPE.gemm_from=N` (`TYPE` as ggml names it:
 //! `f32`, `q4_K`, ...); in files one per line, `#` starts a comment, and
 //! `machine=KEY` says which CPU type the file was measured on. A capped
 //! family is still only used where the stream's family allows it.
@@ -46,6 +49,9 @@ pub struct TypeTuning {
     pub gemm: Option<Isa>,
     /// May the GEMM use its integer (8-bit activation) path?
     pub gemm_int: Option<bool>,
+    /// May the integer GEMM quantize activations per 256 values (Q8_K
+    /// super-blocks) where it has kernels for that?
+    pub gemm_sb: Option<bool>,
     /// Columns per weight matrix from which the GEMM is used.
     pub gemm_from: Option<usize>,
 }
@@ -60,6 +66,7 @@ impl TypeTuning {
         self.dot = other.dot.or(self.dot);
         self.gemm = other.gemm.or(self.gemm);
         self.gemm_int = other.gemm_int.or(self.gemm_int);
+        self.gemm_sb = other.gemm_sb.or(self.gemm_sb);
         self.gemm_from = other.gemm_from.or(self.gemm_from);
     }
 }
@@ -143,6 +150,7 @@ impl Tuning {
                 usize::from(v.dot.is_some())
                     + usize::from(v.gemm.is_some())
                     + usize::from(v.gemm_int.is_some())
+                    + usize::from(v.gemm_sb.is_some())
                     + usize::from(v.gemm_from.is_some())
             })
             .sum()
@@ -196,12 +204,17 @@ impl Tuning {
             match knob {
                 "dot" => v.dot = isa()?,
                 "gemm" => v.gemm = isa()?,
-                "gemm_int" => {
-                    v.gemm_int = Some(match value {
+                "gemm_int" | "gemm_sb" => {
+                    let on = match value {
                         "on" => true,
                         "off" => false,
                         _ => return Err(bad("expected on or off")),
-                    })
+                    };
+                    if knob == "gemm_int" {
+                        v.gemm_int = Some(on);
+                    } else {
+                        v.gemm_sb = Some(on);
+                    }
                 }
                 "gemm_from" => {
                     let n: usize = value.parse().map_err(|_| bad("expected a count"))?;
@@ -210,7 +223,7 @@ impl Tuning {
                     }
                     v.gemm_from = Some(n);
                 }
-                _ => return Err(bad("knobs are dot, gemm, gemm_int and gemm_from")),
+                _ => return Err(bad("knobs are dot, gemm, gemm_int, gemm_sb and gemm_from")),
             }
             out.set(t, v);
         }
@@ -233,6 +246,9 @@ impl Tuning {
             }
             if let Some(b) = v.gemm_int {
                 s += &format!("{n}.gemm_int={}\n", if b { "on" } else { "off" });
+            }
+            if let Some(b) = v.gemm_sb {
+                s += &format!("{n}.gemm_sb={}\n", if b { "on" } else { "off" });
             }
             if let Some(c) = v.gemm_from {
                 s += &format!("{n}.gemm_from={c}\n");
@@ -318,7 +334,7 @@ fn read_saved(machine: &Machine) -> Result<Option<(PathBuf, Tuning)>> {
 
 /// Packed per-type choices, by ggml type id: bits 0-1 `dot`, 2-3 `gemm`
 /// (0 unset, else 1 + family), 4-5 `gemm_int` (0 unset, 1 on, 2 off),
-/// 8-31 `gemm_from` + 1 (0 unset).
+/// 6-7 `gemm_sb` (likewise), 8-31 `gemm_from` + 1 (0 unset).
 static TABLE: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static INIT: Once = Once::new();
@@ -343,8 +359,13 @@ fn pack(v: &TypeTuning) -> u32 {
         Some(true) => 1,
         Some(false) => 2,
     };
+    let sb = match v.gemm_sb {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
     let from = v.gemm_from.map_or(0, |c| c.min(MAX_GEMM_FROM) as u32 + 1);
-    isa_code(v.dot) | (isa_code(v.gemm) << 2) | (int << 4) | (from << 8)
+    isa_code(v.dot) | (isa_code(v.gemm) << 2) | (int << 4) | (sb << 6) | (from << 8)
 }
 
 fn store(active: Active) {
@@ -418,6 +439,11 @@ pub(crate) fn gemm_int(t: DType) -> bool {
     (word(t) >> 4) & 3 != 2
 }
 
+/// May the integer GEMM take activations per 256 values for weights `t`?
+pub(crate) fn gemm_sb(t: DType) -> bool {
+    (word(t) >> 6) & 3 != 2
+}
+
 /// The tuned `gemm_from` for weights `t`, if set.
 pub(crate) fn gemm_from(t: DType) -> Option<usize> {
     (word(t) >> 8).checked_sub(1).map(|c| c as usize)
@@ -449,15 +475,17 @@ mod tests {
         let text = "machine=amd-f25-m17-s1-avx512\n\
                     q4_K.gemm_from = 12  # measured\n\
                     f32.dot=avx2, f32.gemm=avx512\n\
-                    q8_0.gemm_int=off\n";
+                    q8_0.gemm_int=off\n\
+                    q6_K.gemm_sb=off\n";
         let t = Tuning::parse(text).unwrap();
         assert_eq!(t.machine.as_deref(), Some("amd-f25-m17-s1-avx512"));
         assert_eq!(t.get(DType::Q4K).gemm_from, Some(12));
         assert_eq!(t.get(DType::F32).dot, Some(Isa::Avx2));
         assert_eq!(t.get(DType::F32).gemm, Some(Isa::Avx512));
         assert_eq!(t.get(DType::Q8_0).gemm_int, Some(false));
+        assert_eq!(t.get(DType::Q6K).gemm_sb, Some(false));
         assert_eq!(t.get(DType::F16), TypeTuning::default());
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.len(), 5);
         assert_eq!(Tuning::parse(&t.to_text()).unwrap(), t);
     }
 
@@ -527,12 +555,14 @@ mod tests {
                 dot: Some(Isa::Scalar),
                 gemm: Some(Isa::Avx512),
                 gemm_int: Some(false),
+                gemm_sb: Some(true),
                 gemm_from: Some(MAX_GEMM_FROM),
             },
             TypeTuning {
                 dot: Some(Isa::Avx512),
                 gemm: None,
                 gemm_int: Some(true),
+                gemm_sb: Some(false),
                 gemm_from: Some(1),
             },
         ] {
@@ -540,6 +570,7 @@ mod tests {
             assert_eq!(isa_of(w), v.dot);
             assert_eq!(isa_of(w >> 2), v.gemm);
             assert_eq!((w >> 4) & 3 != 2, v.gemm_int != Some(false));
+            assert_eq!((w >> 6) & 3 != 2, v.gemm_sb != Some(false));
             assert_eq!((w >> 8).checked_sub(1).map(|c| c as usize), v.gemm_from);
         }
     }

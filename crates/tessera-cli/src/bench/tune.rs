@@ -237,28 +237,33 @@ fn tune_type(t: &Tuner, ty: DType, families: &[Isa]) -> Result<TypeTuning> {
     }
     // 2. The GEMM's family and integer path (default: best family, integer
     // path where there is one).
-    let ints: &[Option<bool>] = if ty.is_float() {
-        &[None]
-    } else {
-        &[None, Some(false)]
+    // (`gemm_int`, `gemm_sb`): the integer path with its activations per
+    // 256 values where the kernels have that, per 32, or the f32 path.
+    let ints: &[(Option<bool>, Option<bool>)] = match ty {
+        _ if ty.is_float() => &[(None, None)],
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => {
+            &[(None, None), (None, Some(false)), (Some(false), None)]
+        }
+        _ => &[(None, None), (Some(false), None)],
     };
     let mut c = Vec::new();
     for &f in families.iter().rev() {
-        for &int in ints {
+        for &(int, sb) in ints {
             let gv = TypeTuning {
                 gemm: Some(f),
                 gemm_int: int,
+                gemm_sb: sb,
                 gemm_from: Some(1),
                 ..v
             };
-            c.push(((Some(f), int), t.time(ty, 128, gv)?));
+            c.push(((Some(f), int, sb), t.time(ty, 128, gv)?));
         }
     }
     if let Some(first) = c.first_mut() {
         first.0.0 = None;
     }
     if !c.is_empty() {
-        (v.gemm, v.gemm_int) = pick(&c);
+        (v.gemm, v.gemm_int, v.gemm_sb) = pick(&c);
         // The best family is the default: no setting for it.
         if v.gemm == families.last().copied() {
             v.gemm = None;
@@ -266,10 +271,10 @@ fn tune_type(t: &Tuner, ty: DType, families: &[Isa]) -> Result<TypeTuning> {
         line += &format!(
             " gemm {}{} ({:.2} ms),",
             v.gemm.unwrap_or(families[families.len() - 1]).name(),
-            if v.gemm_int == Some(false) {
-                " float"
-            } else {
-                ""
+            match (v.gemm_int, v.gemm_sb) {
+                (Some(false), _) => " float",
+                (_, Some(false)) => " int per 32",
+                _ => "",
             },
             c.iter().map(|x| x.1).fold(f64::INFINITY, f64::min)
         );

@@ -128,13 +128,13 @@ pub(crate) fn gemv_rows<const R: usize>(
 
 /// The many-row product of `weights` with [`vec_dot_type`] activations
 /// (`f32_act` false) or f32 ones ([`tile_f32_fn`]) for `isa`, where the ISA
-/// has one (AVX2; AVX-512 for the quantized types with AVX-512 tiles).
+/// has one (AVX2; AVX-512 for every type with AVX-512 tiles).
 pub fn gemv_fn(weights: DType, isa: Isa, f32_act: bool) -> Option<GemvFn> {
     if !isa.has_avx2() {
         return None;
     }
     if super::gemv_avx512::tile_fn(weights, isa).is_some() {
-        return super::gemv_avx512::gemv_fn(weights, isa).filter(|_| !f32_act);
+        return super::gemv_avx512::gemv_fn(weights, isa, f32_act);
     }
     if f32_act {
         return super::gemv_avx2::gemv_f32_fn(weights);

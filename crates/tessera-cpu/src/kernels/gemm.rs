@@ -42,6 +42,7 @@ use super::NodeCtx;
 use super::gemm_driver::Plan;
 use super::gemm_pack::{KernelFn, Kernels, MR_MAX};
 use super::gemm_q8::{Q8Kernels, QB, QKernelFn, b_group_bytes, sub_size};
+use super::gemm_sb::{Sb, sb_kind};
 use crate::isa::Isa;
 use crate::repack::Packing;
 
@@ -110,6 +111,7 @@ pub fn packed_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
                 kernel,
                 nr,
                 s: QB,
+                sb: None,
             })
     });
     direct
@@ -230,12 +232,15 @@ pub(crate) enum Path {
         kernel: KernelFn,
         nr: usize,
     },
-    /// Weights as 8-bit codes, activations quantized; sub-blocks of `s`.
+    /// Weights as 8-bit codes, activations quantized; sub-blocks of `s`;
+    /// activations per 256 values where `sb` says how ([`super::gemm_sb`]),
+    /// else per 32.
     Q8 {
         qk: &'static Q8Kernels,
         kernel: QKernelFn,
         nr: usize,
         s: usize,
+        sb: Option<Sb>,
     },
     /// Repacked Q4_0 weights ([`crate::repack`]), read where they lie;
     /// activations as on the integer path (sub-blocks of 32).
@@ -264,6 +269,7 @@ impl Path {
                     kernel: qk.kernel[0][i],
                     nr: qk.nr[i],
                     s: QB,
+                    sb: None,
                 };
             }
             let ks = super::gemm_packed::kernels(isa);
@@ -282,13 +288,25 @@ impl Path {
             .then(|| int_kernels(t, isa))
             .flatten();
         if let Some((qk, s)) = int.and_then(|qk| Some((qk, (qk.sub)(t)?))) {
-            let i = narrow(qk.nr, ncol);
             let si = usize::from(s == 16);
+            if let (Some(kind), Some((sk, nr))) = (sb_kind(t), qk.sb)
+                && crate::tuning::gemm_sb(t)
+            {
+                return Path::Q8 {
+                    qk,
+                    kernel: sk[usize::from(kind == Sb::Mins)][si],
+                    nr,
+                    s,
+                    sb: Some(kind),
+                };
+            }
+            let i = narrow(qk.nr, ncol);
             return Path::Q8 {
                 qk,
                 kernel: qk.kernel[si][i],
                 nr: qk.nr[i],
                 s,
+                sb: None,
             };
         }
         let ks = match (
@@ -327,7 +345,12 @@ impl Path {
     fn group_bytes(&self, k: usize) -> Option<usize> {
         match *self {
             Path::F32 { nr, .. } => nr.checked_mul(k)?.checked_mul(4),
-            Path::Q8 { nr, s, .. } => b_group_bytes(k, nr, s),
+            Path::Q8 {
+                nr, s, sb: None, ..
+            } => b_group_bytes(k, nr, s),
+            Path::Q8 {
+                nr, s, sb: Some(_), ..
+            } => super::gemm_sb::b_group_bytes(k, nr, s),
             Path::Packed { nr, .. } => b_group_bytes(k, nr, QB),
         }
     }
@@ -361,6 +384,16 @@ fn all_paths(t: DType) -> Vec<Path> {
                 kernel: qk.kernel[usize::from(s == 16)][i],
                 nr,
                 s,
+                sb: None,
+            });
+        }
+        if let (Some(kind), Some((sk, nr))) = (sb_kind(t), qk.sb) {
+            v.push(Path::Q8 {
+                qk,
+                kernel: sk[usize::from(kind == Sb::Mins)][usize::from(s == 16)],
+                nr,
+                s,
+                sb: Some(kind),
             });
         }
     }

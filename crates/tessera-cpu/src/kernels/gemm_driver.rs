@@ -13,6 +13,7 @@ use super::gemm::{AP_BYTES, KC, KC_Q, LINE, MC, Path, Sizes, TMP_BYTES, check, c
 use super::gemm_pack::{PackBufs, PanelSrc, SlicePrefetch, Tile, pack_a, pack_b};
 use super::gemm_packed::{BLOCK as PACKED_BLOCK, panel_from_packed};
 use super::gemm_q8::{QB, QTile, pack_a_q8, pack_b_q8};
+use super::gemm_sb::{SB, pack_b_sb, rec_dwords};
 use super::{NodeCtx, TensorRef};
 use crate::repack::Packing;
 
@@ -194,7 +195,12 @@ impl Plan {
             unsafe {
                 match self.path {
                     Path::F32 { .. } => pack_b(&cols[..valid], nb0, nr, l0, l1, out.cast()),
-                    Path::Q8 { s, .. } => pack_b_q8(&cols[..valid], nb0, nr, s, k, l0, l1, out),
+                    Path::Q8 { s, sb: None, .. } => {
+                        pack_b_q8(&cols[..valid], nb0, nr, s, k, l0, l1, out)
+                    }
+                    Path::Q8 {
+                        s, sb: Some(kind), ..
+                    } => pack_b_sb(&cols[..valid], nb0, nr, s, kind, k, l0, l1, out),
                     Path::Packed { .. } => pack_b_q8(&cols[..valid], nb0, nr, QB, k, l0, l1, out),
                 }
             }
@@ -362,7 +368,7 @@ impl Plan {
                             mr: tmr,
                             accumulate: acc,
                         }),
-                        Path::Q8 { kernel, s, .. } => kernel(&QTile {
+                        Path::Q8 { kernel, s, sb, .. } => kernel(&QTile {
                             kc,
                             a: bufs.ap.add(ip * kc * mr),
                             a_scales: bufs
@@ -371,7 +377,10 @@ impl Plan {
                                 .cast::<f32>()
                                 .add(ip * (kc / s) * 2 * mr),
                             b: gb.add(pc * nr),
-                            b_scales: gb.add(k * nr).cast::<f32>().add(pc / s * nr * 2),
+                            b_scales: gb.add(k * nr).cast::<f32>().add(match sb {
+                                None => pc / s * nr * 2,
+                                Some(_) => pc / SB * nr * rec_dwords(s),
+                            }),
                             c: cols,
                             row,
                             mr: tmr,

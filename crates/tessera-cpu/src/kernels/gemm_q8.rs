@@ -30,6 +30,8 @@
 //! `y = dy * q` with `dy = max|y| / 127` (ggml's Q8_0 rule, f32 scale), so
 //! a sub-block's dot product is
 //! `w_s dy (sum u q) + o_s (dy sum q)`: one exact integer sum and two FMAs.
+//! (The VNNI kernels take the K-quants' and IQ4_XS's activations per 256
+//! values instead, as ggml's Q8_K: [`super::gemm_sb`].)
 //!
 //! Panels (`MR` weight rows, `NR` columns):
 //! - A, per `kc` slice: codes `[kc / 4][MR][4]` (4 consecutive values of a
@@ -92,6 +94,10 @@ pub(crate) struct Q8Kernels {
     pub sub: fn(DType) -> Option<usize>,
     /// The weight types the kernels handle.
     pub types: &'static [DType],
+    /// Kernels over super-block activations ([`super::gemm_sb`]) by offset
+    /// kind and sub-block size (`[Sym, Mins][S = 32, S = 16]`), and their
+    /// panel width; `None` where the set has none.
+    pub sb: Option<([[QKernelFn; 2]; 2], usize)>,
 }
 
 /// Unpack `nblk` whole blocks at `src` into `codes` (one byte per value) and

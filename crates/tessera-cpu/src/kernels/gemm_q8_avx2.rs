@@ -70,6 +70,7 @@ pub(crate) mod imp {
             DType::Q3K,
             DType::Q5K,
         ],
+        sb: None,
     };
 
     pub(crate) fn kernels() -> Option<&'static Q8Kernels> {

@@ -20,6 +20,109 @@ fn int_sets() -> Vec<(&'static str, &'static Q8Kernels)> {
     v
 }
 
+/// Random panels of one integer micro-kernel call and its output columns:
+/// A codes (`& mask`), A scales, B codes (-127..=127, as quantization makes
+/// them), and `nr` output columns of `mr_full + 4` values with the tile at
+/// row 2 (the rest are guards).
+pub(super) struct QCase {
+    pub a: Buf,
+    pub codes: Vec<u8>,
+    pub asc: Buf,
+    pub bcodes: Vec<u8>,
+    c0: Vec<f32>,
+    c: Vec<f32>,
+    mr_full: usize,
+    nr: usize,
+}
+
+impl QCase {
+    pub(super) fn new(
+        rng: &mut Rng,
+        mr_full: usize,
+        nr: usize,
+        kc: usize,
+        s: usize,
+        mask: u64,
+    ) -> Self {
+        let mut a = Buf::new(kc * mr_full / 4 + 16);
+        let codes: Vec<u8> = (0..kc * mr_full)
+            .map(|_| (rng.next() & mask) as u8)
+            .collect();
+        // SAFETY: `a` holds kc * mr bytes.
+        unsafe { std::ptr::copy_nonoverlapping(codes.as_ptr(), a.ptr().cast(), codes.len()) };
+        let mut asc = Buf::new(kc / s * 2 * mr_full);
+        for v in asc.as_mut().iter_mut() {
+            *v = rng.f32();
+        }
+        let bcodes = (0..kc * nr)
+            .map(|_| ((rng.next() % 255) as i32 - 127) as i8 as u8)
+            .collect();
+        let c0: Vec<f32> = (0..(mr_full + 4) * nr).map(|_| rng.f32()).collect();
+        let c = c0.clone();
+        QCase {
+            a,
+            codes,
+            asc,
+            bcodes,
+            c0,
+            c,
+            mr_full,
+            nr,
+        }
+    }
+
+    /// The exact integer sum of weight row `i` and column `j` over `l0..l1`.
+    pub(super) fn isum(&self, i: usize, j: usize, l0: usize, l1: usize) -> i64 {
+        let (mr, nr) = (self.mr_full, self.nr);
+        (l0..l1)
+            .map(|l| {
+                let u = i64::from(self.codes[l / 4 * 4 * mr + i * 4 + l % 4]);
+                u * i64::from(self.bcodes[l / 4 * 4 * nr + j * 4 + l % 4] as i8)
+            })
+            .sum()
+    }
+
+    /// Run `call` on the first `ncols` output columns (the tile: rows 2..).
+    pub(super) fn run(&mut self, ncols: usize, call: impl FnOnce(&[*mut f32])) {
+        let ld = self.mr_full + 4;
+        let base = self.c.as_mut_ptr();
+        // SAFETY: column j < nr of `ld` values.
+        let cols: Vec<*mut f32> = (0..ncols).map(|j| unsafe { base.add(j * ld) }).collect();
+        call(&cols);
+    }
+
+    /// Check the guards around an `mr x ncols` tile and every tile value
+    /// against `want(i, j)` = (sum of terms, sum of their magnitudes), added
+    /// to the old value with `accumulate`, within 1e-5 of the magnitudes.
+    pub(super) fn verify(
+        &self,
+        (mr, ncols, accumulate): (usize, usize, bool),
+        want: impl Fn(usize, usize) -> (f64, f64),
+        what: &str,
+    ) {
+        let ld = self.mr_full + 4;
+        for j in 0..self.nr {
+            for r in 0..ld {
+                let (got, old) = (self.c[j * ld + r], self.c0[j * ld + r]);
+                if j >= ncols || !(2..2 + mr).contains(&r) {
+                    assert_eq!(got, old, "{what}: guard");
+                    continue;
+                }
+                let (mut v, mut mag) = want(r - 2, j);
+                if accumulate {
+                    v += f64::from(old);
+                    mag += f64::from(old).abs();
+                }
+                assert!(
+                    (f64::from(got) - v).abs() <= 1e-5 * (mag + 1.0),
+                    "{what}: ({}, {j}) {got} vs {v}",
+                    r - 2
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn integer_micro_kernels_match_exact_sums() {
     let mut rng = Rng(5);
@@ -38,89 +141,47 @@ fn integer_micro_kernels_match_exact_sums() {
                     for (mr, ncols, accumulate) in
                         [(mr_full, nr, false), (5, nr - 3, true), (mr_full, 1, true)]
                     {
-                        let mut a = Buf::new(kc * mr_full / 4 + 16);
-                        let codes: Vec<u8> = (0..kc * mr_full)
-                            .map(|_| (rng.next() & mask) as u8)
-                            .collect();
-                        // SAFETY: `a` holds kc * mr bytes.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                codes.as_ptr(),
-                                a.ptr().cast(),
-                                codes.len(),
-                            )
-                        };
-                        let mut asc = Buf::new(kc / s * 2 * mr_full);
-                        for v in asc.as_mut().iter_mut() {
-                            *v = rng.f32();
-                        }
-                        // Activation codes are -127..=127, as quantization makes them.
-                        let bcodes: Vec<u8> = (0..kc * nr)
-                            .map(|_| ((rng.next() % 255) as i32 - 127) as i8 as u8)
-                            .collect();
+                        let mut q = QCase::new(&mut rng, mr_full, nr, kc, s, mask);
                         let bsc: Vec<f32> = (0..kc / s * nr * 2).map(|_| rng.f32()).collect();
-                        let ld = mr_full + 4;
-                        let c0: Vec<f32> = (0..ld * nr).map(|_| rng.f32()).collect();
-                        let mut c = c0.clone();
-                        let base = c.as_mut_ptr();
-                        // SAFETY: column j < nr of `ld` values.
-                        let cols: Vec<*mut f32> =
-                            (0..ncols).map(|j| unsafe { base.add(j * ld) }).collect();
-                        let t = QTile {
-                            kc,
-                            a: a.ptr().cast(),
-                            a_scales: asc.ptr(),
-                            b: bcodes.as_ptr(),
-                            b_scales: bsc.as_ptr(),
-                            c: &cols,
-                            row: 2,
-                            mr,
-                            accumulate,
+                        let (a, asc, b) = (q.a.ptr().cast(), q.asc.ptr(), q.bcodes.as_ptr());
+                        let av = q.asc.as_mut().to_vec();
+                        let call = |cols: &[*mut f32]| {
+                            let t = QTile {
+                                kc,
+                                a,
+                                a_scales: asc,
+                                b,
+                                b_scales: bsc.as_ptr(),
+                                c: cols,
+                                row: 2,
+                                mr,
+                                accumulate,
+                            };
+                            // SAFETY: full panels; the tile lies inside `c`.
+                            unsafe { (qk.kernel[si][idx])(&t) };
                         };
-                        // SAFETY: full panels; the tile lies inside `c`.
-                        unsafe { (qk.kernel[si][idx])(&t) };
-                        let av = asc.as_mut();
-                        for j in 0..nr {
-                            for r in 0..ld {
-                                let got = c[j * ld + r];
-                                if j >= ncols || !(2..2 + mr).contains(&r) {
-                                    assert_eq!(got, c0[j * ld + r], "guard");
-                                    continue;
-                                }
-                                let i = r - 2;
-                                let mut want = if accumulate {
-                                    f64::from(c0[j * ld + r])
-                                } else {
-                                    0.0
-                                };
-                                let mut mag = want.abs();
-                                for sb in 0..kc / s {
-                                    let mut isum = 0i64;
-                                    for l in sb * s..(sb + 1) * s {
-                                        let u =
-                                            i64::from(codes[l / 4 * 4 * mr_full + i * 4 + l % 4]);
-                                        let q =
-                                            i64::from(bcodes[l / 4 * 4 * nr + j * 4 + l % 4] as i8);
-                                        isum += u * q;
-                                    }
-                                    let (w, o) = (
-                                        f64::from(av[sb * 2 * mr_full + i]),
-                                        f64::from(av[sb * 2 * mr_full + mr_full + i]),
-                                    );
-                                    let (dy, bsd) = (
-                                        f64::from(bsc[(sb * nr + j) * 2]),
-                                        f64::from(bsc[(sb * nr + j) * 2 + 1]),
-                                    );
-                                    let term = isum as f64 * w * dy + o * bsd;
-                                    want += term;
-                                    mag += term.abs();
-                                }
-                                assert!(
-                                    (f64::from(got) - want).abs() <= 1e-5 * (mag + 1.0),
-                                    "S={s} nr={nr} kc={kc} mr={mr}: ({i},{j}) {got} vs {want}"
+                        q.run(ncols, call);
+                        let qr = &q;
+                        let want = |i: usize, j: usize| {
+                            let (mut v, mut mag) = (0f64, 0f64);
+                            for sb in 0..kc / s {
+                                let isum = qr.isum(i, j, sb * s, (sb + 1) * s);
+                                let (w, o) = (
+                                    f64::from(av[sb * 2 * mr_full + i]),
+                                    f64::from(av[sb * 2 * mr_full + mr_full + i]),
                                 );
+                                let (dy, bsd) = (
+                                    f64::from(bsc[(sb * nr + j) * 2]),
+                                    f64::from(bsc[(sb * nr + j) * 2 + 1]),
+                                );
+                                let term = isum as f64 * w * dy + o * bsd;
+                                v += term;
+                                mag += term.abs();
                             }
-                        }
+                            (v, mag)
+                        };
+                        let what = format!("{name} S={s} nr={nr} kc={kc} mr={mr}");
+                        q.verify((mr, ncols, accumulate), want, &what);
                     }
                 }
             }

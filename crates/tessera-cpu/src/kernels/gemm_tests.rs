@@ -288,14 +288,10 @@ fn driver_case(
     for isa in Isa::all_available() {
         // The integer path quantizes the activations: its reference uses
         // the quantized values, so both paths are held to f32 rounding.
-        let int = matches!(
-            Path::choose(t, n * r[0] * r[1], isa, Packing::Standard),
-            Path::Q8 { .. }
-        );
-        let bq = if int {
-            quantized(&b_vals, k)
-        } else {
-            b_vals.clone()
+        let bq = match Path::choose(t, n * r[0] * r[1], isa, Packing::Standard) {
+            Path::Q8 { sb: Some(_), .. } => quantized_q8k(&b_vals, k),
+            Path::Q8 { .. } => quantized(&b_vals, k),
+            _ => b_vals.clone(),
         };
         let want = reference(&a_vals, &bq, [k, m, n], bs, r, lb.ne);
         run_case(&pool, isa, t, [la, lb, ld], &a_bytes, &b_vals, &want);
@@ -312,6 +308,21 @@ pub(super) fn quantized(b: &[f32], k: usize) -> Vec<f32> {
             let d = amax / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             out.extend(blk.iter().map(|v| d * f32::from((v * id).round() as i8)));
+        }
+    }
+    out
+}
+
+/// The activations as the super-block integer path sees them: per column,
+/// blocks of 256 values quantized as ggml's Q8_K (`pack_b_sb`), `d * q`.
+pub(super) fn quantized_q8k(b: &[f32], k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut blk = [0u8; 292];
+    for col in b.chunks(k.max(1)) {
+        for x in col.chunks(256) {
+            super::act_quant::convert_row(DType::Q8K, x, &mut blk).unwrap();
+            let d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+            out.extend(blk[4..4 + x.len()].iter().map(|&q| d * f32::from(q as i8)));
         }
     }
     out
@@ -482,6 +493,31 @@ fn each_isa_takes_its_own_kernels() {
             )),
             _ => panic!("q8_0 on avx512 should take the VNNI path"),
         }
+    }
+    // The K-quants and IQ4_XS take activations per 256 values (Q8_K) on
+    // the VNNI kernels, the other types and the AVX2 kernels per 32.
+    let sb = |t: DType, isa: Isa| match Path::choose(t, 64, isa, Packing::Standard) {
+        Path::Q8 { sb, .. } => Some(sb.is_some()),
+        _ => None,
+    };
+    let vnni = super::gemm_vnni::kernels(Isa::Avx512).is_some();
+    for t in [
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+        DType::IQ4XS,
+    ] {
+        if vnni {
+            assert_eq!(sb(t, Isa::Avx512), Some(true), "{t}");
+        }
+        if Isa::Avx2.available() && t != DType::IQ4XS {
+            assert_eq!(sb(t, Isa::Avx2), Some(false), "{t} on avx2");
+        }
+    }
+    if vnni {
+        assert_eq!(sb(DType::Q4_0, Isa::Avx512), Some(false));
     }
 }
 

@@ -39,6 +39,7 @@ pub(crate) mod imp {
     use crate::kernels::gemm_pack::store_tile;
     use crate::kernels::gemm_q8::QTile;
     use crate::kernels::gemm_q8_avx2::imp::unpack;
+    use crate::kernels::gemm_sb::{SB, rec_dwords};
 
     /// Rows per panel: 16 lanes of 4 codes.
     const MR: usize = 16;
@@ -67,7 +68,19 @@ pub(crate) mod imp {
             DType::IQ4NL,
             DType::IQ4XS,
         ],
+        sb: Some((
+            [
+                [kernel_sb::<SB_NR, 32, false>, kernel_sb::<SB_NR, 16, false>],
+                [kernel_sb::<SB_NR, 32, true>, kernel_sb::<SB_NR, 16, true>],
+            ],
+            SB_NR,
+        )),
     };
+
+    /// Columns per B panel of the super-block kernels: three sets of
+    /// accumulators (outputs, the super-block's sums, the sub-block's
+    /// integer sums) of 12 columns would not fit in 32 registers.
+    const SB_NR: usize = 8;
 
     pub(crate) fn kernels(isa: Isa) -> Option<&'static Q8Kernels> {
         isa.has_avx512().then_some(&KERNELS)
@@ -88,6 +101,37 @@ pub(crate) mod imp {
         crate::kernels::gemm_q8_unpack::unpack_s32(t).or_else(|| unpack(t))
     }
 
+    /// `isum[j] += A . B[j]` over one sub-block of `S` values (`S / 4`
+    /// steps of 4): per step one load of the A codes (16 rows x 4 bytes) and
+    /// per column a 32-bit broadcast of its 4 codes and a `vpdpbusd`.
+    /// Returns both panels' positions after the sub-block.
+    ///
+    /// # Safety
+    /// `a` holds `S * 16` bytes (64-byte aligned), `b` `S * NR`;
+    /// AVX-512F/BW/VNNI present.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sub_block<const NR: usize, const S: usize>(
+        mut a: *const u8,
+        mut b: *const u8,
+        isum: &mut [__m512i; NR],
+    ) -> (*const u8, *const u8) {
+        for _ in 0..S / 4 {
+            // SAFETY: one step (4 values) of both code panels: 64 bytes of
+            // A (64-byte aligned), 4 * NR bytes of B.
+            unsafe {
+                let av = _mm512_load_si512(a.cast());
+                for (j, s) in isum.iter_mut().enumerate() {
+                    let bv = _mm512_set1_epi32(b.add(4 * j).cast::<i32>().read_unaligned());
+                    *s = _mm512_dpbusd_epi32(*s, av, bv);
+                }
+                a = a.add(4 * MR);
+                b = b.add(4 * NR);
+            }
+        }
+        (a, b)
+    }
+
     /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values.
     ///
     /// # Safety
@@ -99,19 +143,8 @@ pub(crate) mod imp {
         let (mut asc, mut bsc) = (t.a_scales, t.b_scales);
         for _ in 0..t.kc / S {
             let mut isum = [_mm512_setzero_si512(); NR];
-            for _ in 0..S / 4 {
-                // SAFETY: one step (4 values) of both code panels: 64 bytes
-                // of A (64-byte aligned), 4 * NR bytes of B.
-                unsafe {
-                    let av = _mm512_load_si512(a.cast());
-                    for (j, s) in isum.iter_mut().enumerate() {
-                        let bv = _mm512_set1_epi32(b.add(4 * j).cast::<i32>().read_unaligned());
-                        *s = _mm512_dpbusd_epi32(*s, av, bv);
-                    }
-                    a = a.add(4 * MR);
-                    b = b.add(4 * NR);
-                }
-            }
+            // SAFETY: one sub-block of both code panels (forwarded contract).
+            (a, b) = unsafe { sub_block::<NR, S>(a, b, &mut isum) };
             // SAFETY: one sub-block of scales: 2 * 16 f32 of A (64-byte
             // aligned), 2 * NR f32 of B.
             unsafe {
@@ -126,6 +159,67 @@ pub(crate) mod imp {
                 asc = asc.add(2 * MR);
                 bsc = bsc.add(2 * NR);
             }
+        }
+        // SAFETY: forwarded contract (the tile's outputs).
+        unsafe { store_zmm_tile(t, acc) };
+    }
+
+    /// `C (+)= A B` for one 16 x NR tile over super-block activations
+    /// ([`crate::kernels::gemm_sb`]): per sub-block of `S` values the
+    /// integer sums (started at `c * sum q` for the symmetric types) are
+    /// added to the super-block's sums as `f32(isum) * w` (and `o * sum q`
+    /// with `MINS`), which are scaled by `dy` once per 256 values.
+    ///
+    /// # Safety
+    /// See [`crate::kernels::gemm_q8::QKernelFn`] (`b_scales` at the slice's
+    /// first record, `kc` a multiple of 256); AVX-512F/BW/VNNI present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn kernel_sb<const NR: usize, const S: usize, const MINS: bool>(t: &QTile) {
+        let rec = rec_dwords(S);
+        let mut acc = [_mm512_setzero_ps(); NR];
+        let (mut a, mut b) = (t.a, t.b);
+        let mut asc = t.a_scales;
+        let mut recs = t.b_scales;
+        for _ in 0..t.kc / SB {
+            let mut accb = [_mm512_setzero_ps(); NR];
+            for h in 0..SB / S {
+                let mut isum = [_mm512_setzero_si512(); NR];
+                if !MINS {
+                    for (j, s) in isum.iter_mut().enumerate() {
+                        // SAFETY: word 1 + h of column j's record.
+                        *s = _mm512_set1_epi32(unsafe {
+                            recs.add(j * rec + 1 + h).cast::<i32>().read()
+                        });
+                    }
+                }
+                // SAFETY: one sub-block of both code panels (forwarded contract).
+                (a, b) = unsafe { sub_block::<NR, S>(a, b, &mut isum) };
+                // SAFETY: one sub-block of A scales: 2 * 16 f32 (64-byte
+                // aligned); word 1 + h of each column's record.
+                unsafe {
+                    let w = _mm512_load_ps(asc);
+                    if MINS {
+                        let o = _mm512_load_ps(asc.add(MR));
+                        for (j, (ab, s)) in accb.iter_mut().zip(isum).enumerate() {
+                            let bs = _mm512_set1_ps(*recs.add(j * rec + 1 + h));
+                            *ab = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), w, *ab);
+                            *ab = _mm512_fmadd_ps(o, bs, *ab);
+                        }
+                    } else {
+                        for (ab, s) in accb.iter_mut().zip(isum) {
+                            *ab = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), w, *ab);
+                        }
+                    }
+                    asc = asc.add(2 * MR);
+                }
+            }
+            for (j, (acc, ab)) in acc.iter_mut().zip(accb).enumerate() {
+                // SAFETY: word 0 (`dy`) of column j's record.
+                let dy = _mm512_set1_ps(unsafe { *recs.add(j * rec) });
+                *acc = _mm512_fmadd_ps(ab, dy, *acc);
+            }
+            // SAFETY: the next super-block's records (or one past the last).
+            recs = unsafe { recs.add(NR * rec) };
         }
         // SAFETY: forwarded contract (the tile's outputs).
         unsafe { store_zmm_tile(t, acc) };

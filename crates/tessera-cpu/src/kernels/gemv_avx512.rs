@@ -35,16 +35,17 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
     imp::tile_fn(weights)
 }
 
-/// The AVX-512 many-row product of quantized `weights` (activations in
-/// their dot type), on [`Isa::Avx512`]: the one-column products go four
-/// rows a call straight to the tile kernel, without the tile wrappers' per
-/// call cutting and dispatching (which cost a fifth of the kernels' time on
-/// the short rows of Gemma 3 270M).
-pub fn gemv_fn(weights: DType, isa: Isa) -> Option<GemvFn> {
+/// The AVX-512 many-row product of `weights` (activations in their dot
+/// type, or f32 where `f32_act` and the weights are F16 or BF16), on
+/// [`Isa::Avx512`]: the one-column products go four rows a call straight to
+/// the tile kernel, one row from each quarter of the rows (four streams),
+/// without the tile wrappers' per call cutting and dispatching (which cost
+/// a fifth of the kernels' time on the short rows of Gemma 3 270M).
+pub fn gemv_fn(weights: DType, isa: Isa, f32_act: bool) -> Option<GemvFn> {
     if !isa.has_avx512() {
         return None;
     }
-    imp::gemv_fn(weights)
+    imp::gemv_fn(weights, f32_act)
 }
 
 /// The AVX-512 tile kernel for `weights` with f32 activations (F16, BF16),
@@ -66,7 +67,7 @@ mod imp {
     pub fn tile_f32_fn(_weights: DType) -> Option<TileFn> {
         None
     }
-    pub fn gemv_fn(_weights: DType) -> Option<GemvFn> {
+    pub fn gemv_fn(_weights: DType, _f32_act: bool) -> Option<GemvFn> {
         None
     }
 }
@@ -122,8 +123,18 @@ pub(crate) mod imp {
         })
     }
 
-    pub fn gemv_fn(weights: DType) -> Option<GemvFn> {
+    pub fn gemv_fn(weights: DType, f32_act: bool) -> Option<GemvFn> {
+        if f32_act {
+            return Some(match weights {
+                DType::F16 => f16_f32_gemv,
+                DType::BF16 => bf16_f32_gemv,
+                _ => return None,
+            });
+        }
         Some(match weights {
+            DType::F32 => f32_gemv,
+            DType::F16 => f16_gemv,
+            DType::BF16 => bf16_gemv,
             DType::Q8_0 => q8_0_gemv,
             DType::Q4_0 => q4_0_gemv,
             DType::Q4_1 => q4_1_gemv,
@@ -239,6 +250,11 @@ pub(crate) mod imp {
     safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 4, 4, 4);
     safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 4, 4, 4);
     safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 4, 4, 4);
+    safe_gemv!(f32_gemv, f32_tile, 4, 4);
+    safe_gemv!(f16_gemv, f16_tile, 2, 2);
+    safe_gemv!(bf16_gemv, bf16_tile, 2, 2);
+    safe_gemv!(f16_f32_gemv, f16_f32_tile, 2, 4);
+    safe_gemv!(bf16_f32_gemv, bf16_f32_tile, 2, 4);
     // Q8_0: 4 x 4 tiles past two columns (the per-row and per-column work
     // of the block-sum tree shared by more products; measured -15 % at n = 8).
     safe_tile!(q8_0_safe, q8_0_tile, Q8_0_BYTES, Q8_0_BYTES, 4, 2, 4, 4);

@@ -175,6 +175,9 @@ mod gemm_q8_avx2;
 #[cfg(test)]
 mod gemm_q8_tests;
 mod gemm_q8_unpack;
+mod gemm_sb;
+#[cfg(test)]
+mod gemm_sb_tests;
 #[cfg(test)]
 mod gemm_tests;
 mod gemm_vnni;
