@@ -32,18 +32,16 @@ use super::gemv_avx2::imp::{f16_at, hsums};
 /// Blocks per scale gather.
 const SB: usize = 8;
 
-/// How far ahead of the blocks being read each weight row is prefetched,
-/// in bytes.
-const PREFETCH: usize = 1536;
-
-/// Prefetch the `len` bytes at `p + PREFETCH` of a weight row (hints only:
-/// prefetching past the end of the row is harmless).
+/// Prefetch the `len` bytes of a weight row at `p` plus the machine's
+/// prefetch distance ([`crate::tuning::prefetch_bytes`]: 1536 bytes, 512
+/// on Zen 4) (hints only: prefetching past the end of the row is harmless).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
+    let ahead = crate::tuning::prefetch_bytes();
     let mut o = 0;
     while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + o).cast());
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead + o).cast());
         o += 64;
     }
 }
@@ -55,9 +53,10 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch_far(p: *const u8, len: usize) {
     prefetch(p, len);
+    let far = 4 * crate::tuning::prefetch_bytes();
     let mut o = 0;
     while o < len {
-        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(4 * PREFETCH + o).cast());
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(far + o).cast());
         o += 64;
     }
 }
