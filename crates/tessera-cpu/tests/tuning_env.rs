@@ -51,10 +51,11 @@ fn saved_file_then_environment_then_builtin_only() {
     // The environment over it, setting by setting.
     set(
         "TESSERA_CPU_TUNE",
-        Some("q4_K.gemm_from=20,q8_0.gemm_int=off"),
+        Some("q4_K.gemm_from=20,q8_0.gemm_int=off,prefetch=256"),
     );
     let a = from_environment();
     assert_eq!(a.sources.last().unwrap(), "TESSERA_CPU_TUNE");
+    assert_eq!(a.tuning.prefetch, Some(256));
     assert_eq!(a.tuning.get(DType::Q4K).gemm_from, Some(20));
     assert_eq!(a.tuning.get(DType::F16).dot, Some(Isa::Avx2));
     assert_eq!(a.tuning.get(DType::Q8_0).gemm_int, Some(false));

@@ -57,7 +57,8 @@ pub(crate) struct QTile<'a> {
     /// A codes (`kc * MR` bytes, 64-byte aligned) and scales (`kc / S * 2 * MR` f32).
     pub a: *const u8,
     pub a_scales: *const f32,
-    /// B codes (`kc * NR` bytes) and scales (`kc / S * NR * 2` f32).
+    /// B codes (`kc * NR` bytes) and scales (`kc / S * NR * 2` f32; for the
+    /// super-block kernels `kc / 256 * NR` records, see [`super::gemm_sb`]).
     pub b: *const u8,
     pub b_scales: *const f32,
     /// Output columns and first row, valid rows, store mode (as [`super::gemm_pack::Tile`]).
