@@ -294,7 +294,7 @@ impl Path {
             {
                 return Path::Q8 {
                     qk,
-                    kernel: sk[usize::from(kind == Sb::Mins)][si],
+                    kernel: sk(kind, s),
                     nr,
                     s,
                     sb: Some(kind),
@@ -390,7 +390,7 @@ fn all_paths(t: DType) -> Vec<Path> {
         if let (Some(kind), Some((sk, nr))) = (sb_kind(t), qk.sb) {
             v.push(Path::Q8 {
                 qk,
-                kernel: sk[usize::from(kind == Sb::Mins)][usize::from(s == 16)],
+                kernel: sk(kind, s),
                 nr,
                 s,
                 sb: Some(kind),

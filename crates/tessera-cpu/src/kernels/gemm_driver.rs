@@ -13,7 +13,7 @@ use super::gemm::{AP_BYTES, KC, KC_Q, LINE, MC, Path, Sizes, TMP_BYTES, check, c
 use super::gemm_pack::{PackBufs, PanelSrc, SlicePrefetch, Tile, pack_a, pack_b};
 use super::gemm_packed::{BLOCK as PACKED_BLOCK, panel_from_packed};
 use super::gemm_q8::{QB, QTile, pack_a_q8, pack_b_q8};
-use super::gemm_sb::{SB, pack_b_sb, rec_dwords};
+use super::gemm_sb::{SB, Sb, pack_b_sb, rec_dwords};
 use super::{NodeCtx, TensorRef};
 use crate::repack::Packing;
 
@@ -329,13 +329,15 @@ impl Plan {
                             let out = bufs.ap.cast::<f32>().add(ip * kc * mr);
                             pack_a(ks, &src, pc, kc, out, &bufs.pack);
                         }
-                        Path::Q8 { qk, s, .. } => {
+                        Path::Q8 { qk, s, sb, .. } => {
                             let codes = bufs.ap.add(ip * kc * mr);
                             let scales = bufs.ap.add(AP_BYTES / 2).cast::<f32>();
                             let scales = scales.add(ip * (kc / s) * 2 * mr);
                             if self.a.packing == Packing::Standard {
+                                let scaled = sb == Some(Sb::Scaled);
                                 pack_a_q8(
-                                    qk, dtype, row0, nb01, nrows, pc, kc, codes, scales, &bufs.pack,
+                                    qk, dtype, row0, nb01, nrows, pc, kc, codes, scales,
+                                    &bufs.pack, scaled,
                                 );
                             } else {
                                 // Panel `r / 16` of repacked weights (r is

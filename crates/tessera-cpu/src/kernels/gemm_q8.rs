@@ -76,6 +76,10 @@ pub(crate) struct QTile<'a> {
 /// has the kernel's features.
 pub(crate) type QKernelFn = unsafe fn(t: &QTile);
 
+/// The super-block kernel of a kernel set for an offset kind and a
+/// sub-block size ([`super::gemm_sb`]).
+pub(crate) type SbKernelFn = fn(super::gemm_sb::Sb, usize) -> QKernelFn;
+
 /// What an instruction set brings to the integer path.
 #[derive(Debug)]
 pub(crate) struct Q8Kernels {
@@ -95,10 +99,10 @@ pub(crate) struct Q8Kernels {
     pub sub: fn(DType) -> Option<usize>,
     /// The weight types the kernels handle.
     pub types: &'static [DType],
-    /// Kernels over super-block activations ([`super::gemm_sb`]) by offset
-    /// kind and sub-block size (`[Sym, Mins][S = 32, S = 16]`), and their
-    /// panel width; `None` where the set has none.
-    pub sb: Option<([[QKernelFn; 2]; 2], usize)>,
+    /// The kernel over super-block activations ([`super::gemm_sb`]) for an
+    /// offset kind and sub-block size, and their panel width; `None` where
+    /// the set has none.
+    pub sb: Option<(SbKernelFn, usize)>,
 }
 
 /// Unpack `nblk` whole blocks at `src` into `codes` (one byte per value) and
@@ -436,7 +440,8 @@ fn f16(x: &[u8], i: usize) -> f32 {
 /// The rows hold `l0 + kc` values (whole blocks of `t`); `bufs.tmp` holds
 /// `mr * kc_max` f32 (used as bytes) and `bufs.zeros` `kc_max` zeros with
 /// `kc <= kc_max`; `codes` (64-byte aligned) holds `kc * mr` bytes and
-/// `scales` `kc / S * 2 * mr` f32; the CPU has `qk`'s features.
+/// `scales` `kc / S * 2 * mr` f32; the CPU has `qk`'s features. With
+/// `scaled`, Q2_K rows are stored as [`super::gemm_sb::Sb::Scaled`] wants.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn pack_a_q8(
     qk: &Q8Kernels,
@@ -449,6 +454,7 @@ pub(crate) unsafe fn pack_a_q8(
     codes: *mut u8,
     scales: *mut f32,
     bufs: &PackBufs,
+    scaled: bool,
 ) {
     let mr = qk.mr.min(super::gemm_pack::MR_MAX);
     let (bs, ts) = (t.block_size().max(1), t.type_size());
@@ -490,6 +496,9 @@ pub(crate) unsafe fn pack_a_q8(
                     *scales.add(j * 2 * mr + r) = w;
                     *scales.add(j * 2 * mr + mr + r) = o;
                 }
+            }
+            if scaled && t == DType::Q2K {
+                super::gemm_sb::scale_q2k(src, kc / bs, tmp, scales.add(r), 2 * mr);
             }
             *p = tmp.cast::<f32>();
         }

@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use tessera::DType;
+
 use super::gemm_pack::{MR_MAX, PackBufs};
 use super::gemm_q8::Q8Kernels;
 use super::gemm_q8::{QTile, pack_a_q8, pack_b_q8, sub_size, unpack_blocks};
@@ -236,49 +238,58 @@ fn integer_packing_reproduces_the_weights() {
                 kc_max: super::gemm::KC,
                 zeros: zeros.0.as_ptr().cast(),
             };
-            let kc = 256;
-            let mut pc = Buf::new(kc * mr / 4);
-            let mut sc = Buf::new(kc / s * 2 * mr);
-            // SAFETY: 11 rows of 512 values; the panel buffers hold one slice.
-            unsafe {
-                pack_a_q8(
-                    qk,
-                    t,
-                    bytes.as_ptr(),
-                    row_bytes,
-                    rows,
-                    256,
-                    kc,
-                    pc.ptr().cast(),
-                    sc.ptr(),
-                    &bufs,
-                )
-            };
-            // SAFETY: `pc` holds kc * mr bytes.
-            let pcb = unsafe { std::slice::from_raw_parts(pc.ptr().cast::<u8>(), kc * mr) };
-            let scv = sc.as_mut();
-            for r in 0..mr {
-                let mut want = vec![0f32; k];
-                if r < rows {
-                    tessera::quant::to_f32(
+            // Q2_K's panels for the super-block kernel too (`scaled`:
+            // codes times their scales, `w = d`): the same weights.
+            for scaled in [false, true] {
+                let kc = 256;
+                let mut pc = Buf::new(kc * mr / 4);
+                let mut sc = Buf::new(kc / s * 2 * mr);
+                // SAFETY: 11 rows of 512 values; the panel buffers hold one slice.
+                unsafe {
+                    pack_a_q8(
+                        qk,
                         t,
-                        &bytes[r * row_bytes..(r + 1) * row_bytes],
-                        &mut want,
+                        bytes.as_ptr(),
+                        row_bytes,
+                        rows,
+                        256,
+                        kc,
+                        pc.ptr().cast(),
+                        sc.ptr(),
+                        &bufs,
+                        scaled,
                     )
-                    .unwrap();
+                };
+                // SAFETY: `pc` holds kc * mr bytes.
+                let pcb = unsafe { std::slice::from_raw_parts(pc.ptr().cast::<u8>(), kc * mr) };
+                let scv = sc.as_mut();
+                for r in 0..mr {
+                    let mut want = vec![0f32; k];
+                    if r < rows {
+                        tessera::quant::to_f32(
+                            t,
+                            &bytes[r * row_bytes..(r + 1) * row_bytes],
+                            &mut want,
+                        )
+                        .unwrap();
+                    }
+                    for l in 0..kc {
+                        let u = f64::from(pcb[l / 4 * 4 * mr + r * 4 + l % 4]);
+                        let (w, o) = (
+                            f64::from(scv[l / s * 2 * mr + r]),
+                            f64::from(scv[l / s * 2 * mr + mr + r]),
+                        );
+                        let got = w * u + o;
+                        let expect = f64::from(want[256 + l]);
+                        assert!(
+                            (got - expect).abs() <= 1e-6 * (expect.abs() + w.abs() * 64.0),
+                            "{t} row {r} l {l}: {got} vs {expect}"
+                        );
+                    }
                 }
-                for l in 0..kc {
-                    let u = f64::from(pcb[l / 4 * 4 * mr + r * 4 + l % 4]);
-                    let (w, o) = (
-                        f64::from(scv[l / s * 2 * mr + r]),
-                        f64::from(scv[l / s * 2 * mr + mr + r]),
-                    );
-                    let got = w * u + o;
-                    let expect = f64::from(want[256 + l]);
-                    assert!(
-                        (got - expect).abs() <= 1e-6 * (expect.abs() + w.abs() * 64.0),
-                        "{t} row {r} l {l}: {got} vs {expect}"
-                    );
+                if scaled && t == DType::Q2K {
+                    let top = pcb.iter().copied().max().unwrap_or(0);
+                    assert!(top > 3 && top <= 45, "{t}: scaled codes up to {top}");
                 }
             }
         }

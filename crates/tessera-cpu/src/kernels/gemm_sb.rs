@@ -37,6 +37,11 @@ pub(crate) enum Sb {
     Sym(i32),
     /// Independent offsets (the mins): one FMA of `o_s` with `sum q`.
     Mins,
+    /// Q2_K: its 2-bit codes times their sub-block's 4-bit scale fit a
+    /// byte (at most 45), so the A panels hold `q * sc` ([`scale_q2k`]) and
+    /// every `w` is the block's `d`: one integer sum per 256 values, one
+    /// conversion and multiply, then the mins as for [`Sb::Mins`].
+    Scaled,
 }
 
 /// The super-block form of weight type `t`, if it has one (the VNNI kernel
@@ -46,7 +51,8 @@ pub(crate) fn sb_kind(t: DType) -> Option<Sb> {
         DType::Q6K => Some(Sb::Sym(-32)),
         DType::Q3K => Some(Sb::Sym(-4)),
         DType::IQ4XS => Some(Sb::Sym(-128)),
-        DType::Q2K | DType::Q4K | DType::Q5K => Some(Sb::Mins),
+        DType::Q2K => Some(Sb::Scaled),
+        DType::Q4K | DType::Q5K => Some(Sb::Mins),
         _ => None,
     }
 }
@@ -150,12 +156,52 @@ pub(crate) unsafe fn pack_b_sb(
                 let sum: i32 = part.iter().sum();
                 let word = match kind {
                     Sb::Sym(cst) => cst.wrapping_mul(sum) as u32,
-                    Sb::Mins => (sum as f32).to_bits(),
+                    Sb::Mins | Sb::Scaled => (sum as f32).to_bits(),
                 };
                 // SAFETY: word 1 + h < rec of the record.
                 unsafe { r.add(1 + h).write_unaligned(word) };
             }
             l += SB;
+        }
+    }
+}
+
+/// Bytes of a Q2_K block: `scales: [u8; 16]` (4-bit scale, 4-bit min),
+/// `qs: [u8; 64]`, `d: f16`, `dmin: f16`.
+const Q2K_BLOCK: usize = 84;
+
+/// [`Sb::Scaled`]'s A panel rows: multiply the unpacked codes of `nblk`
+/// Q2_K blocks (`codes`, one byte a value in order) by their sub-blocks'
+/// 4-bit scales, and set each sub-block's `w` (at `w`, `stride` apart,
+/// sixteen per block) to the block's `d`; the `o` (mins) stay as the
+/// unpacker wrote them.
+///
+/// # Safety
+/// `src` holds `nblk` Q2_K blocks, `codes` their `nblk * 256` codes (each
+/// at most 3), `w` `nblk * 16` entries at `stride`.
+pub(crate) unsafe fn scale_q2k(
+    src: *const u8,
+    nblk: usize,
+    codes: *mut u8,
+    w: *mut f32,
+    stride: usize,
+) {
+    for b in 0..nblk {
+        // SAFETY: block b of `src`, its codes, and its sixteen `w` (caller).
+        let (blk, out) = unsafe {
+            (
+                std::slice::from_raw_parts(src.add(b * Q2K_BLOCK), Q2K_BLOCK),
+                std::slice::from_raw_parts_mut(codes.add(b * SB), SB),
+            )
+        };
+        let d = half::f16::from_le_bytes([blk[80], blk[81]]).to_f32();
+        for (s, (part, &scm)) in out.chunks_exact_mut(16).zip(&blk[..16]).enumerate() {
+            let sc = scm & 0x0F;
+            for c in part.iter_mut() {
+                *c = c.wrapping_mul(sc);
+            }
+            // SAFETY: entry b * 16 + s of `w` (caller).
+            unsafe { *w.add((b * 16 + s) * stride) = d };
         }
     }
 }

@@ -19,11 +19,19 @@ fn super_block_kernels_match_exact_sums() {
     let Some(qk) = super::gemm_vnni::kernels(crate::isa::Isa::Avx512) else {
         return;
     };
-    let (kernels, nr) = qk.sb.unwrap();
+    let (kernel, nr) = qk.sb.unwrap();
     let mr_full = qk.mr;
     let mut rng = Rng(11);
-    for (ki, mins) in [false, true].into_iter().enumerate() {
-        for (si, s) in [32usize, 16].into_iter().enumerate() {
+    let kinds = [
+        (Sb::Sym(0), 32),
+        (Sb::Sym(0), 16),
+        (Sb::Mins, 32),
+        (Sb::Mins, 16),
+        (Sb::Scaled, 16),
+    ];
+    for (kind, s) in kinds {
+        let mins = kind != Sb::Sym(0);
+        {
             let rec = rec_dwords(s);
             for kc in [0, SB, 2 * SB] {
                 for (mr, ncols, accumulate) in
@@ -58,7 +66,7 @@ fn super_block_kernels_match_exact_sums() {
                         };
                         // SAFETY: full panels and records; the tile lies
                         // inside the columns.
-                        unsafe { (kernels[ki][si])(&t) };
+                        unsafe { kernel(kind, s)(&t) };
                     });
                     let qr = &q;
                     let want = |i: usize, j: usize| {
@@ -73,10 +81,15 @@ fn super_block_kernels_match_exact_sums() {
                                     f64::from(av[sb * 2 * mr_full + i]),
                                     f64::from(av[sb * 2 * mr_full + mr_full + i]),
                                 );
-                                let term = if mins {
-                                    isum as f64 * w + o * f64::from(f32::from_bits(rw(1 + h)))
-                                } else {
-                                    (isum + i64::from(rw(1 + h) as i32)) as f64 * w
+                                let bsum = f64::from(f32::from_bits(rw(1 + h)));
+                                let term = match kind {
+                                    Sb::Mins => isum as f64 * w + o * bsum,
+                                    // One `w` (sub-block 0's) per super-block.
+                                    Sb::Scaled => {
+                                        let w0 = f64::from(av[blk * SB / s * 2 * mr_full + i]);
+                                        isum as f64 * w0 + o * bsum
+                                    }
+                                    Sb::Sym(_) => (isum + i64::from(rw(1 + h) as i32)) as f64 * w,
                                 } * dy;
                                 v += term;
                                 mag += term.abs();
@@ -84,7 +97,7 @@ fn super_block_kernels_match_exact_sums() {
                         }
                         (v, mag)
                     };
-                    let what = format!("mins={mins} S={s} kc={kc} mr={mr}");
+                    let what = format!("{kind:?} S={s} kc={kc} mr={mr}");
                     q.verify((mr, ncols, accumulate), want, &what);
                 }
             }
@@ -143,7 +156,9 @@ fn super_block_b_panels_are_q8_k() {
                     let word = r[1 + h].to_bits();
                     match kind {
                         Sb::Sym(cst) => assert_eq!(word as i32, cst * sum, "{t} start"),
-                        Sb::Mins => assert_eq!(f32::from_bits(word), sum as f32, "{t} sum"),
+                        Sb::Mins | Sb::Scaled => {
+                            assert_eq!(f32::from_bits(word), sum as f32, "{t} sum")
+                        }
                     }
                 }
             }

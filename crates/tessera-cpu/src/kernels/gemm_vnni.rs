@@ -37,9 +37,10 @@ pub(crate) mod imp {
 
     use crate::kernels::gemm_avx2::imp::transpose;
     use crate::kernels::gemm_pack::store_tile;
+    use crate::kernels::gemm_q8::QKernelFn;
     use crate::kernels::gemm_q8::QTile;
     use crate::kernels::gemm_q8_avx2::imp::unpack;
-    use crate::kernels::gemm_sb::{SB, rec_dwords};
+    use crate::kernels::gemm_sb::{SB, Sb, rec_dwords};
 
     /// Rows per panel: 16 lanes of 4 codes.
     const MR: usize = 16;
@@ -68,14 +69,19 @@ pub(crate) mod imp {
             DType::IQ4NL,
             DType::IQ4XS,
         ],
-        sb: Some((
-            [
-                [kernel_sb::<SB_NR, 32, false>, kernel_sb::<SB_NR, 16, false>],
-                [kernel_sb::<SB_NR, 32, true>, kernel_sb::<SB_NR, 16, true>],
-            ],
-            SB_NR,
-        )),
+        sb: Some((sb_kernel, SB_NR)),
     };
+
+    /// The super-block kernel for offset kind `kind` and sub-blocks of `s`.
+    fn sb_kernel(kind: Sb, s: usize) -> QKernelFn {
+        match (kind, s) {
+            (Sb::Sym(_), 32) => kernel_sb::<SB_NR, 32, false>,
+            (Sb::Sym(_), _) => kernel_sb::<SB_NR, 16, false>,
+            (Sb::Mins, 32) => kernel_sb::<SB_NR, 32, true>,
+            (Sb::Mins, _) => kernel_sb::<SB_NR, 16, true>,
+            (Sb::Scaled, _) => kernel_sb_scaled::<SB_NR>,
+        }
+    }
 
     /// Columns per B panel of the super-block kernels: three sets of
     /// accumulators (outputs, the super-block's sums, the sub-block's
@@ -220,6 +226,51 @@ pub(crate) mod imp {
             }
             // SAFETY: the next super-block's records (or one past the last).
             recs = unsafe { recs.add(NR * rec) };
+        }
+        // SAFETY: forwarded contract (the tile's outputs).
+        unsafe { store_zmm_tile(t, acc) };
+    }
+
+    /// `C (+)= A B` for one 16 x NR tile of [`Sb::Scaled`] panels (Q2_K
+    /// codes times their scales, `w = d`, mins per 16 values): one integer
+    /// sum per 256 values, times `d`, plus `o * sum q` per sub-block of 16,
+    /// scaled by `dy`.
+    ///
+    /// # Safety
+    /// See [`crate::kernels::gemm_q8::QKernelFn`] (`b_scales` at the slice's
+    /// first record, `kc` a multiple of 256, A scales per 16 values);
+    /// AVX-512F/BW/VNNI present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn kernel_sb_scaled<const NR: usize>(t: &QTile) {
+        const S: usize = 16;
+        let rec = rec_dwords(S);
+        let mut acc = [_mm512_setzero_ps(); NR];
+        let (mut a, mut b) = (t.a, t.b);
+        let mut asc = t.a_scales;
+        let mut recs = t.b_scales;
+        for _ in 0..t.kc / SB {
+            let mut isum = [_mm512_setzero_si512(); NR];
+            // SAFETY: one super-block of both code panels (forwarded contract).
+            (a, b) = unsafe { sub_block::<NR, SB>(a, b, &mut isum) };
+            // SAFETY: the super-block's 16 sub-blocks of A scales (2 * 16
+            // f32 each, 64-byte aligned) and each column's record.
+            unsafe {
+                let d = _mm512_load_ps(asc);
+                let mut accb = isum.map(|s| _mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
+                for h in 0..SB / S {
+                    let o = _mm512_load_ps(asc.add(h * 2 * MR + MR));
+                    for (j, ab) in accb.iter_mut().enumerate() {
+                        let bs = _mm512_set1_ps(*recs.add(j * rec + 1 + h));
+                        *ab = _mm512_fmadd_ps(o, bs, *ab);
+                    }
+                }
+                for (j, (acc, ab)) in acc.iter_mut().zip(accb).enumerate() {
+                    let dy = _mm512_set1_ps(*recs.add(j * rec));
+                    *acc = _mm512_fmadd_ps(ab, dy, *acc);
+                }
+                asc = asc.add(SB / S * 2 * MR);
+                recs = recs.add(NR * rec);
+            }
         }
         // SAFETY: forwarded contract (the tile's outputs).
         unsafe { store_zmm_tile(t, acc) };
