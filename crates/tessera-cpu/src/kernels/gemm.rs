@@ -289,16 +289,8 @@ impl Path {
             .flatten();
         if let Some((qk, s)) = int.and_then(|qk| Some((qk, (qk.sub)(t)?))) {
             let si = usize::from(s == 16);
-            if let (Some(kind), Some((sk, nr))) = (sb_kind(t), qk.sb)
-                && crate::tuning::gemm_sb(t)
-            {
-                return Path::Q8 {
-                    qk,
-                    kernel: sk(kind, s),
-                    nr,
-                    s,
-                    sb: Some(kind),
-                };
+            if let Some(p) = Path::super_block(qk, t, s).filter(|_| crate::tuning::gemm_sb(t)) {
+                return p;
             }
             let i = narrow(qk.nr, ncol);
             return Path::Q8 {
@@ -323,6 +315,19 @@ impl Path {
             kernel: ks.kernel[i],
             nr: ks.nr[i],
         }
+    }
+
+    /// The integer path of `qk` with activations per 256 values for weights
+    /// `t` (sub-blocks of `s`), where `t` and the kernel set have it.
+    fn super_block(qk: &'static Q8Kernels, t: DType, s: usize) -> Option<Path> {
+        let (kind, (sk, nr)) = (sb_kind(t)?, qk.sb?);
+        Some(Path::Q8 {
+            qk,
+            kernel: sk(kind, s),
+            nr,
+            s,
+            sb: Some(kind),
+        })
     }
 
     /// Rows per A panel.
@@ -387,15 +392,7 @@ fn all_paths(t: DType) -> Vec<Path> {
                 sb: None,
             });
         }
-        if let (Some(kind), Some((sk, nr))) = (sb_kind(t), qk.sb) {
-            v.push(Path::Q8 {
-                qk,
-                kernel: sk(kind, s),
-                nr,
-                s,
-                sb: Some(kind),
-            });
-        }
+        v.extend(Path::super_block(qk, t, s));
     }
     v
 }

@@ -11,14 +11,16 @@
 //! one `dy` per 256 values the kernel sums `f32(isum) * w` per sub-block in
 //! one FMA and scales by `dy` once per super-block; the offsets `o = c w`
 //! of the symmetric types (Q3_K, Q6_K, IQ4_XS) are folded into the integer
-//! sum's starting value `c * sum q`, and the mins of Q2_K, Q4_K and Q5_K
-//! take one FMA with `sum q`.
+//! sum's starting value `c * sum q`, and the mins of Q4_K and Q5_K take one
+//! FMA with `sum q`. Q2_K's codes times their 4-bit scales fit a byte, so
+//! its panels hold those products and its kernel makes one integer sum per
+//! 256 values ([`Sb::Scaled`]) before its mins.
 //!
 //! B panel of a group of `NR` columns over `k` values: codes `[k / 4][NR][4]`
 //! i8 (as [`super::gemm_q8`]), then per super-block `j` and column `c` a
 //! record of [`rec_dwords`] 32-bit words at `(j * NR + c) * rec`: `dy` (f32),
 //! then per sub-block of `s` values `c * sum q` (i32, [`Sb::Sym`]) or
-//! `sum q` (f32, [`Sb::Mins`]).
+//! `sum q` (f32, [`Sb::Mins`] and [`Sb::Scaled`]).
 
 use tessera::DType;
 
