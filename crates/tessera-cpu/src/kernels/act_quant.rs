@@ -98,6 +98,29 @@ pub fn convert_row_isa(isa: Isa, dst_type: DType, src: &[f32], dst: &mut [u8]) -
     convert_row(dst_type, src, dst)
 }
 
+/// Round f32 values to the nearest f16 value (ties to even, as ggml's
+/// conversion of activations to F16), kept as f32: flash attention's
+/// queries against F16 keys scored by an f16 x f32 kernel.
+pub fn round_to_f16(isa: Isa, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        let mut tmp = [half::f16::ZERO; GROUP];
+        for c in xs.chunks_mut(GROUP) {
+            // SAFETY: AVX2/FMA/F16C present (`has_avx2` checks the CPU);
+            // `c.len() <= GROUP` elements at each pointer, distinct buffers.
+            unsafe {
+                super::cvt_avx2::f32_to_f16(tmp.as_mut_ptr(), c.as_ptr(), c.len());
+                super::cvt_avx2::f16_to_f32(c.as_mut_ptr(), tmp.as_ptr(), c.len());
+            }
+        }
+        return;
+    }
+    let _ = isa;
+    for x in xs {
+        *x = half::f16::from_f32(*x).to_f32();
+    }
+}
+
 /// Convert `n` f32 values, read from `src` with a byte stride of `stride`
 /// (unaligned reads are fine), into `dst` (`dst_type.row_size(n)` bytes),
 /// with the conversion of `isa`. Contiguous, aligned rows are converted in

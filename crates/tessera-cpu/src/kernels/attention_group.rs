@@ -12,7 +12,7 @@
 use tessera::{Error, Result};
 
 use super::TensorRef;
-use super::act_quant::convert_strided;
+use super::act_quant::{convert_strided, round_to_f16};
 use super::attention::{Alibi, GROUP_ROWS, KV_BLOCK};
 use super::attention_vec::{ExpFn, F16RowFn, VaccFn};
 use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
@@ -123,10 +123,9 @@ impl Group {
             if self.round_q {
                 // F16 K with an f16 x f32 kernel: q rounded to f16 as ggml
                 // does, kept in f32 (exact) so it is not widened per call.
-                for v in out.chunks_exact_mut(4) {
-                    let x = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
-                    v.copy_from_slice(&half::f16::from_f32(x).to_f32().to_le_bytes());
-                }
+                let vals: &mut [f32] = bytemuck::try_cast_slice_mut(out)
+                    .map_err(|_| Error::device("CPU", "FLASH_ATTN_EXT: unaligned f32 queries"))?;
+                round_to_f16(self.isa, vals);
             }
             let mask = self.mask.filter(|_| n_kv > 0).map(|m| {
                 // SAFETY: iq1 < n_q <= mask ne1, the moduli are below ne2/ne3

@@ -36,7 +36,7 @@ pub(crate) mod imp {
 
     use super::Kernels;
     use crate::isa::Isa;
-    use crate::kernels::gemm_pack::{DequantFn, Tile, store_tile};
+    use crate::kernels::gemm_pack::{DequantFn, HalfTransposeFn, Tile, store_tile};
 
     /// Rows per panel: two 8-lane vectors.
     const MR: usize = 16;
@@ -47,6 +47,7 @@ pub(crate) mod imp {
         kernel: [kernel::<6>, kernel::<4>],
         transpose,
         dequant,
+        half_transpose,
     };
 
     pub(crate) fn kernels() -> Option<&'static Kernels> {
@@ -163,27 +164,81 @@ pub(crate) mod imp {
     /// See [`super::super::gemm_pack::TransposeFn`]; AVX2 present.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn transpose(rows: &[*const f32], kc: usize, out: *mut f32) {
+        // SAFETY: `*const f32` and `*const u8` have one layout; the rows
+        // hold kc f32 each (forwarded contract).
+        unsafe {
+            let rows = std::slice::from_raw_parts(rows.as_ptr().cast::<*const u8>(), rows.len());
+            interleave::<F32>(rows, kc, out);
+        }
+    }
+
+    /// The fused converter-transposer of `t` (F16 and BF16): the
+    /// dequantize-then-transpose path wrote and read every value once more
+    /// (1B F16 model, 128-token prompt, one thread on Zen 4: `deq_f16` and
+    /// `transpose` took 7.7 % of the time, this 5.6 %).
+    pub(crate) fn half_transpose(t: DType) -> Option<HalfTransposeFn> {
+        match t {
+            DType::F16 => Some(interleave::<F16>),
+            DType::BF16 => Some(interleave::<BF16>),
+            _ => None,
+        }
+    }
+
+    /// Element types of [`interleave`]'s rows.
+    const F32: u8 = 0;
+    const F16: u8 = 1;
+    const BF16: u8 = 2;
+
+    /// `out[l * MR + r] = f32(rows[r][l])` for rows of element type `E`
+    /// (MR = `rows.len()`, a multiple of 8): eight values of eight rows
+    /// loaded (and widened), transposed in registers and stored.
+    ///
+    /// # Safety
+    /// Every row holds `kc` values of `E`, `out` is 64-byte aligned and
+    /// holds `kc * MR` f32; AVX2 and F16C present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn interleave<const E: u8>(rows: &[*const u8], kc: usize, out: *mut f32) {
+        let size = if E == F32 { 4 } else { 2 };
+        // Both closures are called below with pointers into the rows: eight
+        // values (`8 * size` bytes) readable at `p` for `load8`, one for
+        // `one`.
+        // SAFETY: as just said; AVX2/F16C present (this function's contract).
+        let load8 = |p: *const u8| unsafe {
+            match E {
+                F32 => _mm256_loadu_ps(p.cast()),
+                F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+                _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                    _mm_loadu_si128(p.cast()),
+                ))),
+            }
+        };
+        // SAFETY: as above.
+        let one = |p: *const u8| unsafe {
+            match E {
+                F32 => p.cast::<f32>().read_unaligned(),
+                F16 => half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32(),
+                _ => f32::from_bits(u32::from(p.cast::<u16>().read_unaligned()) << 16),
+            }
+        };
         let mr = rows.len();
         let l8 = kc / 8 * 8;
         for (h, r) in rows.chunks_exact(8).enumerate() {
             let mut l = 0;
             while l < l8 {
-                // SAFETY: each row holds kc > l + 7 values; the stores land
-                // on steps l..l + 8 of the panel, rows 8h..8h + 8 (32-byte
-                // aligned: the panel is 64-byte aligned and mr * 4 and
-                // 8h * 4 are multiples of 32).
-                unsafe {
-                    let v = std::array::from_fn(|i| _mm256_loadu_ps(r[i].add(l)));
-                    for (i, c) in transpose8(v).into_iter().enumerate() {
-                        _mm256_store_ps(out.add((l + i) * mr + 8 * h), c);
-                    }
+                let v = std::array::from_fn(|i| load8(r[i].wrapping_add(l * size)));
+                for (i, c) in transpose8(v).into_iter().enumerate() {
+                    // SAFETY: the stores land on steps l..l + 8 of the
+                    // panel, rows 8h..8h + 8 (32-byte aligned: the panel is
+                    // 64-byte aligned and mr * 4 and 8h * 4 are multiples
+                    // of 32); each row held kc > l + 7 values for the loads.
+                    unsafe { _mm256_store_ps(out.add((l + i) * mr + 8 * h), c) };
                 }
                 l += 8;
             }
             for l in l8..kc {
                 for (i, &p) in r.iter().enumerate() {
-                    // SAFETY: as above, scalar tail.
-                    unsafe { *out.add(l * mr + 8 * h + i) = *p.add(l) };
+                    // SAFETY: value l < kc of the row; scalar tail.
+                    unsafe { *out.add(l * mr + 8 * h + i) = one(p.wrapping_add(l * size)) };
                 }
             }
         }

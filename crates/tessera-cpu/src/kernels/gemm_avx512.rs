@@ -31,7 +31,7 @@ mod imp {
 
     use super::Kernels;
     use crate::isa::Isa;
-    use crate::kernels::gemm_avx2::imp::{dequant, transpose};
+    use crate::kernels::gemm_avx2::imp::{dequant, half_transpose, transpose};
     use crate::kernels::gemm_pack::{Tile, store_tile};
 
     /// Rows per panel: two 16-lane vectors.
@@ -43,6 +43,7 @@ mod imp {
         kernel: [kernel::<12>, kernel::<8>],
         transpose,
         dequant,
+        half_transpose,
     };
 
     pub(crate) fn kernels(isa: Isa) -> Option<&'static Kernels> {

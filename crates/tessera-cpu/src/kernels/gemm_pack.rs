@@ -56,6 +56,16 @@ pub(crate) type KernelFn = unsafe fn(t: &Tile);
 /// f32 (64-byte aligned), and the CPU has the transposer's features.
 pub(crate) type TransposeFn = unsafe fn(rows: &[*const f32], kc: usize, out: *mut f32);
 
+/// Convert and interleave `rows.len()` (= MR) rows of a 2-byte weight type
+/// (F16, BF16) into a panel in one pass: `out[l * MR + r] = f32(rows[r][l])`
+/// for `l < kc`.
+///
+/// # Safety
+/// Every `rows[r]` points at `kc` readable values (`2 * kc` bytes), `out` at
+/// `kc * MR` writable f32 (64-byte aligned), and the CPU has the
+/// function's features.
+pub(crate) type HalfTransposeFn = unsafe fn(rows: &[*const u8], kc: usize, out: *mut f32);
+
 /// Convert `nblk` whole blocks of a weight row, starting at block `blk0`,
 /// to `nblk * block_size` f32 values at `out`.
 ///
@@ -78,6 +88,9 @@ pub(crate) struct Kernels {
     pub transpose: TransposeFn,
     /// Row converter per weight type (`None` for F32: read in place).
     pub dequant: fn(DType) -> Option<DequantFn>,
+    /// Converter-transposer per 2-byte weight type, where there is one: the
+    /// panel is written without a pass through `PackBufs::tmp`.
+    pub half_transpose: fn(DType) -> Option<HalfTransposeFn>,
 }
 
 /// Pack `nr` columns (`cols`, each a pointer to element 0 of a `b` row whose
@@ -165,11 +178,24 @@ pub(crate) unsafe fn pack_a(
     out: *mut f32,
     bufs: &PackBufs,
 ) {
-    let mut rows = [bufs.zeros; MR_MAX];
     let mr = ks.mr.min(MR_MAX);
-    let dequant = (ks.dequant)(src.dtype);
     let bs = src.dtype.block_size().max(1);
     let ts = src.dtype.type_size();
+    if let Some(f) = (ks.half_transpose)(src.dtype) {
+        // Rows past the matrix read the zeros (kc_max f32: at least 2 * kc
+        // zero bytes, and zero bits are 0.0 in both 2-byte types).
+        let mut rows = [bufs.zeros.cast::<u8>(); MR_MAX];
+        for (r, row) in rows.iter_mut().enumerate().take(src.rows.min(mr)) {
+            // SAFETY: r < rows valid rows, which hold l0 + kc values.
+            *row = unsafe { src.row0.add(r * src.nb1 + l0 * ts) };
+        }
+        // SAFETY: each of the mr rows holds kc readable values; `out` holds
+        // kc * mr f32; the CPU has the features of `ks`.
+        unsafe { f(&rows[..mr], kc, out) };
+        return;
+    }
+    let mut rows = [bufs.zeros; MR_MAX];
+    let dequant = (ks.dequant)(src.dtype);
     for (r, row) in rows.iter_mut().enumerate().take(src.rows.min(mr)) {
         // SAFETY: r < rows valid rows of the matrix (caller contract).
         let w = unsafe { src.row0.add(r * src.nb1) };

@@ -19,6 +19,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
     kernel: [kernel::<6>, kernel::<4>],
     transpose,
     dequant,
+    half_transpose: |_| None,
 };
 
 /// `C (+)= A B` for one tile of `MR x NR`.

@@ -168,6 +168,45 @@ fn transposers_interleave_rows_exactly() {
     }
 }
 
+#[test]
+fn half_transposers_convert_and_interleave_exactly() {
+    let mut rng = Rng(5);
+    let mut fused = 0;
+    for (name, ks) in sets() {
+        for t in [DType::F16, DType::BF16] {
+            let Some(f) = (ks.half_transpose)(t) else {
+                continue;
+            };
+            fused += 1;
+            for kc in [0usize, 1, 7, 8, 9, 63, 256] {
+                let rows: Vec<Vec<u8>> = (0..ks.mr).map(|_| encoded(t, kc + 1, &mut rng)).collect();
+                let ptrs: Vec<*const u8> = rows.iter().map(|r| r.as_ptr()).collect();
+                let mut out = Buf::new(kc * ks.mr + 16);
+                out.as_mut().fill(f32::NAN);
+                // SAFETY: every row holds kc + 1 values, `out` kc * mr and
+                // is aligned.
+                unsafe { f(&ptrs, kc, out.ptr()) };
+                let o = out.as_mut();
+                for (r, row) in rows.iter().enumerate() {
+                    let mut want = vec![0f32; kc + 1];
+                    tessera::quant::to_f32(t, row, &mut want).unwrap();
+                    for (l, w) in want.iter().enumerate().take(kc) {
+                        assert_eq!(
+                            o[l * ks.mr + r].to_bits(),
+                            w.to_bits(),
+                            "{name} {t} kc={kc}"
+                        );
+                    }
+                }
+                assert!(o[kc * ks.mr].is_nan(), "{name} {t}: wrote past the panel");
+            }
+        }
+    }
+    // Each SIMD set fuses both types (none on a CPU without AVX2).
+    let simd = sets().len() - 1;
+    assert_eq!(fused, 2 * simd);
+}
+
 /// `n` values of `t` (whole blocks) encoded from random data.
 pub(super) fn encoded(t: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
     let v: Vec<f32> = (0..n).map(|_| rng.f32() * 3.0).collect();
