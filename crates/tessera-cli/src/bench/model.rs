@@ -38,6 +38,10 @@ pub struct ModelBenchArgs {
     /// print where a step's time goes, op by op (CPU streams).
     #[arg(long, value_name = "TOKENS", num_args = 0..=1, default_missing_value = "32")]
     pub profile: Option<usize>,
+    /// After the tests, time every node of one prompt of this many tokens
+    /// and print where its time goes, op by op (CPU streams).
+    #[arg(long, value_name = "TOKENS", num_args = 0..=1, default_missing_value = "512")]
+    pub profile_prompt: Option<usize>,
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -137,6 +141,7 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
         .n_prompt
         .max(args.n_gen)
         .max(args.profile.unwrap_or(0))
+        .max(args.profile_prompt.unwrap_or(0))
         .max(1);
     let options = SessionOptions {
         n_ctx,
@@ -215,7 +220,10 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
         println!();
     }
     if let Some(n) = args.profile {
-        super::profile::run(&mut session, n)?;
+        super::profile::run(&mut session, n, super::profile::Steps::Decode)?;
+    }
+    if let Some(n) = args.profile_prompt {
+        super::profile::run(&mut session, n, super::profile::Steps::Prompt)?;
     }
     if let Some(rss) = llm::peak_rss() {
         eprintln!("peak memory (tessera): {} MiB resident", rss >> 20);

@@ -1,12 +1,14 @@
-//! `tessera bench model --profile`: where a decoding step's time goes, op
-//! by op, on each stream of the session that can time its nodes: CPU
+//! `tessera bench model --profile` / `--profile-prompt`: where a decoding
+//! step's (or a prompt's) time goes, op by op, on each stream of the
+//! session that can time its nodes: CPU
 //! streams (`CpuStream::set_profiling`: wall time per node on thread 0) and
 //! GPU streams (`WgpuStream::set_profiling`: GPU timestamps around every
 //! dispatch, where the adapter has them).
 //!
-//! Decodes `n` tokens one at a time from an empty cache with every node
-//! timed, and prints per kind of node (op, weight type, one column or
-//! more): milliseconds per token, share of the step, nodes per token, and
+//! Decodes `n` tokens one at a time from an empty cache (or, for a prompt,
+//! `n` tokens in one call) with every node timed, and prints per kind of
+//! node (op, weight type, one column or more): milliseconds per token (per
+//! prompt), share of the step, nodes per token (per prompt), and
 //! for CPU streams how much of that time thread 0 waited at the barrier
 //! after its share. The step's wall time is measured too: what the nodes do
 //! not account for is the scheduler's and the host's (graph building,
@@ -57,8 +59,18 @@ impl<'a> Profiled<'a> {
     }
 }
 
-/// Profile `n` decoding steps of `session` and print the table.
-pub fn run(session: &mut Session, n: usize) -> Result<()> {
+/// What is profiled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Steps {
+    /// `n` decoding steps, one token each.
+    Decode,
+    /// One prompt of `n` tokens.
+    Prompt,
+}
+
+/// Profile `n` decoding steps (or one prompt of `n` tokens) of `session`
+/// and print the table.
+pub fn run(session: &mut Session, n: usize, what: Steps) -> Result<()> {
     let n = n.max(1);
     let streams: Vec<_> = session.scheduler().streams().to_vec();
     let mut timed = Vec::new();
@@ -72,16 +84,30 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
         }
     }
     let toks = super::model::tokens(n, session.model().n_vocab(), 7);
+    let (steps, unit) = match what {
+        Steps::Decode => (n, "token"),
+        Steps::Prompt => (1, "prompt"),
+    };
     session.clear();
     // Warm-up (plans made, memory touched), then the measured steps.
-    session.decode(&toks[..1])?;
+    match what {
+        Steps::Decode => session.decode(&toks[..1])?,
+        Steps::Prompt => session.decode(&toks)?,
+    };
     session.clear();
     timed.iter().for_each(|(_, p)| p.set(true));
     let start = Instant::now();
-    for &t in &toks {
-        session.decode(&[t])?;
+    match what {
+        Steps::Decode => {
+            for &t in &toks {
+                session.decode(&[t])?;
+            }
+        }
+        Steps::Prompt => {
+            session.decode(&toks)?;
+        }
     }
-    let wall = start.elapsed().as_secs_f64() * 1e3 / n as f64;
+    let wall = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
     // (device, is GPU, totals), merged by what across streams of a device.
     let named = timed.len() > 1;
     let mut rows: Vec<(String, bool, OpTime)> = Vec::new();
@@ -102,7 +128,7 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
         p.set(false);
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.2.nanos));
-    let per_tok = |ns: u64| ns as f64 / 1e6 / n as f64;
+    let per_tok = |ns: u64| ns as f64 / 1e6 / steps as f64;
     // The GPU streams' host time is listed, but is not node time.
     let is_host = |r: &OpTime| r.what.ends_with(tessera_wgpu::HOST_PROFILE_LABEL);
     let nodes: f64 = rows
@@ -110,8 +136,12 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
         .filter(|r| !is_host(&r.2))
         .map(|r| per_tok(r.2.nanos))
         .sum();
+    let title = match what {
+        Steps::Decode => format!("{n} decoding steps"),
+        Steps::Prompt => format!("a prompt of {n} tokens"),
+    };
     println!(
-        "\nProfile of {n} decoding steps: {wall:.2} ms per token, of which nodes {nodes:.2} ms \
+        "\nProfile of {title}: {wall:.2} ms per {unit}, of which nodes {nodes:.2} ms \
          ({:.0} %), the rest scheduler and host{}",
         100.0 * nodes / wall.max(1e-9),
         if rows.iter().any(|r| r.1) {
@@ -120,7 +150,7 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
             ""
         }
     );
-    println!("| op | ms/token | share | nodes/token | waiting at barriers |");
+    println!("| op | ms/{unit} | share | nodes/{unit} | waiting at barriers |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     for (_, gpu, r) in &rows {
         let ms = per_tok(r.nanos);
@@ -136,12 +166,12 @@ pub fn run(session: &mut Session, n: usize) -> Result<()> {
             "| {} | {ms:.3} | {:.1} % | {:.1} | {wait} |",
             r.what,
             100.0 * ms / wall.max(1e-9),
-            r.calls as f64 / n as f64,
+            r.calls as f64 / steps as f64,
         );
     }
     let wait: f64 = rows.iter().map(|r| per_tok(r.2.wait_nanos)).sum();
     println!(
-        "waiting at barriers in all: {wait:.2} ms per token ({:.0} % of the step)",
+        "waiting at barriers in all: {wait:.2} ms per {unit} ({:.0} % of the step)",
         100.0 * wait / wall.max(1e-9)
     );
     Ok(())
