@@ -471,6 +471,10 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::F32, 700, 77, 53, [1, 1], [1, 1], &mut rng);
     // Broadcast weights over dims 2 and 3; one column per matrix part.
     driver_case(DType::F32, 33, 5, 1, [2, 1], [2, 3], &mut rng);
+    // 2-byte weights (converted and interleaved in one pass): slices whose
+    // last one has an odd length (700 = 2 * 256 + 188), a partial panel.
+    driver_case(DType::F16, 700, 45, 29, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::BF16, 261, 37, 14, [2, 1], [1, 2], &mut rng);
     // Quantized weights over two slices, small m (one unit per matrix).
     driver_case(DType::Q4K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
     driver_case(DType::Q2K, 512, 9, 20, [1, 2], [1, 1], &mut rng);
