@@ -163,7 +163,9 @@ pub(crate) struct PackBufs {
 }
 
 /// Pack the A panel of `src`'s rows over `l` in `l0..l0 + kc` into `out`
-/// (`kc * MR` f32), dequantizing through `bufs.tmp`.
+/// (`kc * MR` f32): 2-byte types in one pass where `ks` has a
+/// `half_transpose`, other types dequantized through `bufs.tmp` and then
+/// interleaved, F32 interleaved in place.
 ///
 /// # Safety
 /// `src` describes readable weight rows that hold `l0 + kc` values (whole
