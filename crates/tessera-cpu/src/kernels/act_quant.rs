@@ -323,4 +323,37 @@ mod tests {
         assert!(convert_row(DType::Q4_0, &x, &mut [0u8; 288]).is_err());
         assert!(convert_row(DType::Q8_0, &x[..31], &mut [0u8; 34]).is_err());
     }
+
+    #[test]
+    fn round_to_f16_matches_half_on_every_isa() {
+        // Ties (an f16 mantissa step is 2^-10 at 1.0), subnormals, values
+        // beyond f16's range, signed zeros, infinities, NaN, and a stride
+        // of values past one group (a vector tail at the end).
+        let mut x = vec![
+            1.0 + 2f32.powi(-11),
+            1.0 + 3.0 * 2f32.powi(-11),
+            -(1.0 + 2f32.powi(-11)),
+            3e-6,
+            -6e-8,
+            65520.0,
+            1e9,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        x.extend((0..GROUP + 37).map(|i| ((i as f32) * 0.7377).sin() * 1000.0 / (i as f32 + 1.0)));
+        for isa in Isa::all_available() {
+            let mut got = x.clone();
+            round_to_f16(isa, &mut got);
+            for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+                let want = half::f16::from_f32(v).to_f32();
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{isa:?} value {i}: {v} -> {g}, want {want}"
+                );
+            }
+        }
+    }
 }
