@@ -16,8 +16,10 @@
 use crate::isa::Isa;
 use crate::kernels::act_quant::convert_row;
 use crate::kernels::dot::{
-    TILE_COLS, TILE_ROWS, TileFn, gemv_fn, scalar_dot_fn, tile_fn, tile_kernels, vec_dot_type,
+    TILE_COLS, TILE_ROWS, TileFn, gemv_fn, scalar_dot_fn, tile_fn, tile_kernels, tiled_tile_fn,
+    vec_dot_type,
 };
+use crate::kernels::q8_tiled::Q8Tiled;
 use tessera::DType;
 
 struct Rng(u64);
@@ -153,10 +155,36 @@ fn reference(t: DType, x: &[u8], yt: DType, y: &[u8], n: usize) -> (f64, f64) {
     (dot, mag)
 }
 
+/// The activations of `acts` in the tiled layout `layout`.
+fn tiled_rows(layout: Q8Tiled, acts: &[Vec<f32>]) -> Vec<Vec<u8>> {
+    acts.iter()
+        .map(|a| {
+            let mut y = vec![0u8; Q8Tiled::row_size(a.len()).unwrap()];
+            // SAFETY: `a` holds a.len() contiguous f32.
+            unsafe {
+                layout
+                    .convert(Isa::Avx2, a.as_ptr().cast(), 4, a.len(), &mut y)
+                    .unwrap()
+            };
+            y
+        })
+        .collect()
+}
+
 /// Checks `tile` (weights `t`, activations `yt`) on every shape and the
 /// lengths `lens`, against the f64 reference and, where `yt` is the dot
-/// type, against the portable one-row dot product.
-fn check_tile(name: &str, tile: TileFn, t: DType, yt: DType, lens: &[usize], rng: &mut Rng) {
+/// type, against the portable one-row dot product. With `tiled`, the tile
+/// reads the activations in that layout (`yt` is then Q8_0, the values the
+/// layout holds, for the references).
+fn check_tile(
+    name: &str,
+    tile: TileFn,
+    t: DType,
+    yt: DType,
+    tiled: Option<Q8Tiled>,
+    lens: &[usize],
+    rng: &mut Rng,
+) {
     let scalar = (vec_dot_type(t) == Some(yt)).then(|| scalar_dot_fn(t).unwrap());
     for &n in lens {
         let xs: Vec<Vec<u8>> = (0..TILE_ROWS).map(|_| weight_row(t, n, rng)).collect();
@@ -164,10 +192,14 @@ fn check_tile(name: &str, tile: TileFn, t: DType, yt: DType, lens: &[usize], rng
             .map(|_| (0..n).map(|_| rng.f32()).collect())
             .collect();
         let ys = act_rows(yt, &acts);
+        let tile_ys = match tiled {
+            Some(layout) => tiled_rows(layout, &acts),
+            None => ys.clone(),
+        };
         for nr in 1..=TILE_ROWS {
             for nc in 1..=TILE_COLS {
                 let xr: Vec<&[u8]> = xs[..nr].iter().map(|v| v.as_slice()).collect();
-                let yr: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
+                let yr: Vec<&[u8]> = tile_ys[..nc].iter().map(|v| v.as_slice()).collect();
                 let mut out = [[f32::NAN; TILE_ROWS]; TILE_COLS];
                 tile(&xr, &yr, &mut out);
                 for c in 0..TILE_COLS {
@@ -213,10 +245,45 @@ fn tiles_match_the_reference_on_every_shape_and_tail() {
                 .collect()
         };
         for (name, tile) in tile_kernels(t, false) {
-            check_tile(name, tile, t, yt, &lens, &mut rng);
+            check_tile(name, tile, t, yt, None, &lens, &mut rng);
         }
         for (name, tile) in tile_kernels(t, true) {
-            check_tile(name, tile, t, DType::F32, &lens, &mut rng);
+            check_tile(name, tile, t, DType::F32, None, &lens, &mut rng);
+        }
+    }
+}
+
+/// The AVX2 tiles reading the tiled Q8_0 layout (MUL_MAT with several
+/// columns on AVX2 CPUs), every shape, tails of partial groups and lengths
+/// of several groups.
+#[test]
+fn tiled_tiles_match_the_reference_on_every_shape_and_tail() {
+    if !Isa::Avx2.available() {
+        return;
+    }
+    let mut rng = Rng(13);
+    let lens: Vec<usize> = [1usize, 2, 3, 5, 7, 8, 9, 15, 16, 17, 33]
+        .iter()
+        .map(|b| b * 32)
+        .collect();
+    for t in [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4NL] {
+        let (layout, tile) =
+            tiled_tile_fn(t, Isa::Avx2).unwrap_or_else(|| panic!("{t}: no tiled tile"));
+        assert_eq!(Some(layout), Q8Tiled::for_weights(t), "{t}");
+        check_tile(
+            "avx2 tiled",
+            tile,
+            t,
+            DType::Q8_0,
+            Some(layout),
+            &lens,
+            &mut rng,
+        );
+    }
+    // Only where the AVX-512 tiles do not take these types.
+    if Isa::Avx512.available() {
+        for t in [DType::Q4_0, DType::Q8_0] {
+            assert!(tiled_tile_fn(t, Isa::Avx512).is_none(), "{t}");
         }
     }
 }

@@ -54,16 +54,30 @@ pub(crate) fn for_each_subtile(
     out: &mut [[f32; TILE_ROWS]; TILE_COLS],
     (xu, yu): (usize, usize),
     shape: impl Fn(usize) -> (usize, usize),
+    call: impl FnMut(&[&[u8]], &[&[u8]], &mut [[f32; TILE_ROWS]], usize, usize),
+) {
+    let n = xs
+        .iter()
+        .take(TILE_ROWS)
+        .map(|x| x.len() / xu)
+        .chain(ys.iter().take(TILE_COLS).map(|y| y.len() / yu))
+        .min()
+        .unwrap_or(0);
+    for_each_subtile_n(xs, ys, out, n, shape, call);
+}
+
+/// [`for_each_subtile`] with the number of units `n` given (every row and
+/// column holds at least `n`).
+pub(crate) fn for_each_subtile_n(
+    xs: &[&[u8]],
+    ys: &[&[u8]],
+    out: &mut [[f32; TILE_ROWS]; TILE_COLS],
+    n: usize,
+    shape: impl Fn(usize) -> (usize, usize),
     mut call: impl FnMut(&[&[u8]], &[&[u8]], &mut [[f32; TILE_ROWS]], usize, usize),
 ) {
     let xs = &xs[..xs.len().min(TILE_ROWS)];
     let ys = &ys[..ys.len().min(TILE_COLS)];
-    let n = xs
-        .iter()
-        .map(|x| x.len() / xu)
-        .chain(ys.iter().map(|y| y.len() / yu))
-        .min()
-        .unwrap_or(0);
     let (rmax, cmax) = shape(ys.len());
     let (rmax, cmax) = (rmax.max(1), cmax.max(1));
     for (ci, yc) in ys.chunks(cmax).enumerate() {
@@ -188,6 +202,20 @@ pub fn tile_fn(weights: DType, isa: Isa) -> Option<TileFn> {
             .or_else(|| super::gemv_avx2_iq4::tile_fn(weights));
     }
     None
+}
+
+/// The AVX2 multi-column tile of `weights` that reads its activations in a
+/// [`Q8Tiled`](super::q8_tiled::Q8Tiled) layout, where `isa` runs the AVX2
+/// tiles for `weights` (no AVX-512 tile for them): for MUL_MAT with more
+/// than one column.
+pub(crate) fn tiled_tile_fn(
+    weights: DType,
+    isa: Isa,
+) -> Option<(super::q8_tiled::Q8Tiled, TileFn)> {
+    if !isa.has_avx2() || super::gemv_avx512::tile_fn(weights, isa).is_some() {
+        return None;
+    }
+    super::gemv_avx2_tiled::tile_fn(weights)
 }
 
 /// The multi-row dot product of `weights` with f32 activations for `isa`,

@@ -75,7 +75,7 @@ pub(crate) mod imp {
     use crate::isa::Isa;
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q4K_BYTES, Q6K_BYTES, Q8_0_BYTES, Q8K_BYTES};
     use crate::kernels::gemv_avx2_float::{
-        bf16_f32_tile, bf16_tile, f16_f32_tile, f16_tile, f32_tile,
+        bf16_f32_tile, bf16_tile, f16_f32_tile, f16_f32_tile_4x3, f16_tile, f32_tile, f32_tile_4x3,
     };
     use crate::kernels::gemv_avx2_q8::{prefetch_far, q4_0_tile, q8_0_tile};
 
@@ -118,11 +118,7 @@ pub(crate) mod imp {
                     // SAFETY: the wrapper checked that every row holds `$n`
                     // units and the CPU features (see `tile_fn`).
                     let res = unsafe { $kernel::<$r, $c>(xp, yp, $n) };
-                    for (o, r) in $out.iter_mut().zip(res.iter()) {
-                        if let Some(o) = o.get_mut($off..$off + $r) {
-                            o.copy_from_slice(r);
-                        }
-                    }
+                    $crate::kernels::gemv_avx2::imp::store_tile(&res, &mut $out[..], $off);
                 }};
             }
             match ($xs.len(), $ys.len()) {
@@ -141,6 +137,21 @@ pub(crate) mod imp {
                 _ => {}
             }
         }};
+    }
+    pub(crate) use dispatch;
+
+    /// A sub-tile's results `res` into rows `off..` of the columns `out`.
+    #[inline]
+    pub(crate) fn store_tile<const R: usize, const C: usize>(
+        res: &[[f32; R]; C],
+        out: &mut [[f32; TILE_ROWS]],
+        off: usize,
+    ) {
+        for (o, r) in out.iter_mut().zip(res.iter()) {
+            if let Some(o) = o.get_mut(off..off + R) {
+                o.copy_from_slice(r);
+            }
+        }
     }
 
     /// Defines the safe wrapper `$safe` of tile kernel `$kernel`, whose
@@ -239,10 +250,43 @@ pub(crate) mod imp {
     // Floats: 4 x 2 sub-tiles past one column, four weight rows in flight
     // (as the AVX-512 tiles; 2 x 4 kept two): on Zen 4 with `isa=avx2`, F16
     // `n = 8` 7.9 -> 7.1 ms, F32 12.1 -> 11.5 ms (alternated).
-    safe_tile!(f32_safe, f32_tile, 4, 4, 4, 4, 2);
+    /// Defines the safe wrapper `$safe` of a float tile: 4 x 3 sub-tiles
+    /// past one column by `$k43` (assembly, see `float_tile_4x3`), the
+    /// smaller ones by `$kernel` (units as for `safe_tile`).
+    macro_rules! safe_tile_4x3 {
+        ($safe:ident, $k43:ident, $kernel:ident, $xu:expr, $yu:expr) => {
+            fn $safe(xs: &[&[u8]], ys: &[&[u8]], out: &mut [[f32; TILE_ROWS]; TILE_COLS]) {
+                crate::kernels::dot::for_each_subtile(
+                    xs,
+                    ys,
+                    out,
+                    ($xu, $yu),
+                    |cols| if cols == 1 { (4, 1) } else { (4, 3) },
+                    |xc, yc, o, off, n| match (xc.len(), yc.len()) {
+                        (4, 3) => {
+                            let xp: [*const u8; 4] = std::array::from_fn(|i| xc[i].as_ptr());
+                            let yp: [*const u8; 3] = std::array::from_fn(|i| yc[i].as_ptr());
+                            // SAFETY: the wrapper checked that every row holds
+                            // `n` units and the CPU features (see `tile_fn`).
+                            let res = unsafe { $k43(xp, yp, n) };
+                            store_tile(&res, o, off);
+                        }
+                        (_, 3) => {
+                            dispatch!($kernel, xc, yc[..2], o, off, n);
+                            dispatch!($kernel, xc, yc[2..], o[2..], off, n);
+                        }
+                        _ => dispatch!($kernel, xc, yc, o, off, n),
+                    },
+                );
+            }
+        };
+    }
+    // Floats past one column: 4 x 3 sub-tiles in assembly (ggml's tinyBLAS
+    // shape on AVX2; twelve accumulators), 4 x 2 before (intrinsics).
+    safe_tile_4x3!(f32_safe, f32_tile_4x3, f32_tile, 4, 4);
     safe_tile!(f16_safe, f16_tile, 2, 2, 4, 4, 2);
     safe_tile!(bf16_safe, bf16_tile, 2, 2, 4, 4, 2);
-    safe_tile!(f16_f32_safe, f16_f32_tile, 2, 4, 4, 4, 2);
+    safe_tile_4x3!(f16_f32_safe, f16_f32_tile_4x3, f16_f32_tile, 2, 4);
     safe_tile!(bf16_f32_safe, bf16_f32_tile, 2, 4, 4, 4, 2);
 
     /// Sum of the eight lanes.

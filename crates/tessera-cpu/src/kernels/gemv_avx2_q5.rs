@@ -208,7 +208,7 @@ pub(crate) mod imp {
     /// Four bytes at `p` must be readable.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+    pub(crate) unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
         // SAFETY: forwarded to the caller; read_unaligned needs no alignment.
         let x = unsafe { p.cast::<i32>().read_unaligned() };
         let shuf = _mm256_set_epi64x(

@@ -8,7 +8,9 @@
 //! Two phases, separated by one barrier:
 //! 1. **Convert `b`**: the f32 activations are converted to the type the dot
 //!    products read ([`vec_dot_type`]: F16, BF16, Q8_0, Q8_1, Q8K; f32 for F16/BF16
-//!    weights on the SIMD paths, see [`tile_f32_fn`]; f32 when `b`'s rows are
+//!    weights on the SIMD paths, see [`tile_f32_fn`]; Q8_0 laid out for the
+//!    AVX2 tiles of several columns of Q4_0/Q5_0/Q8_0/IQ4_NL weights, see
+//!    [`tiled_tile_fn`]; f32 when `b`'s rows are
 //!    not contiguous) into `scratch`, the threads sharing the (row, group)
 //!    units (AVX2 conversion, bit-identical to the portable one). F32
 //!    activations with contiguous rows are read in place.
@@ -37,8 +39,9 @@ use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Op, Result};
 use super::act_quant::{GROUP, convert_strided};
 use super::dot::{
     DotFn, GemvFn, TILE_COLS, TILE_ROWS, TileFn, dot_fn, gemv_fn, tile_f32_fn, tile_fn,
-    vec_dot_type,
+    tiled_tile_fn, vec_dot_type,
 };
+use super::q8_tiled::Q8Tiled;
 use super::{NodeCtx, TensorRef};
 use crate::isa::Isa;
 
@@ -117,17 +120,50 @@ pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
     plan.multiply_share(ctx)
 }
 
-/// Does `b` need converting into scratch before the dot products, when the
-/// kernels want activations of type `act`?
-fn needs_conversion(act: DType, b: &Layout) -> bool {
-    act != DType::F32 || !b.is_contiguous_rows()
+/// The activations the kernels read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Act {
+    /// Rows of a type: the weights' dot type, or f32.
+    Type(DType),
+    /// Q8_0 laid out for the AVX2 multi-column tiles.
+    Tiled(Q8Tiled),
 }
 
-/// The activation types the kernels of some ISA may want for `weights`: the
-/// dot type, and f32 for F16/BF16 weights (see [`tile_f32_fn`]).
-fn act_types(weights: DType) -> [Option<DType>; 2] {
+impl Act {
+    /// Bytes of a row of `k` values.
+    fn row_size(self, k: usize) -> Result<usize> {
+        match self {
+            Act::Type(t) => t.row_size(k),
+            Act::Tiled(_) => Q8Tiled::row_size(k),
+        }
+    }
+
+    /// Bytes of the first `v` values of a row (`v` a multiple of every
+    /// block size, or the row's length).
+    fn bytes(self, v: usize) -> usize {
+        match self {
+            Act::Type(t) => v / t.block_size() * t.type_size(),
+            Act::Tiled(_) => Q8Tiled::bytes(v),
+        }
+    }
+}
+
+/// Does `b` need converting into scratch before the dot products, when the
+/// kernels want activations `act`?
+fn needs_conversion(act: Act, b: &Layout) -> bool {
+    act != Act::Type(DType::F32) || !b.is_contiguous_rows()
+}
+
+/// The activations the kernels of some ISA may want for `weights`: the dot
+/// type, f32 for F16/BF16 weights (see [`tile_f32_fn`]), the tiled layout
+/// for the AVX2 multi-column tiles ([`tiled_tile_fn`]).
+fn act_types(weights: DType) -> [Option<Act>; 3] {
     let f32_too = matches!(weights, DType::F16 | DType::BF16);
-    [vec_dot_type(weights), f32_too.then_some(DType::F32)]
+    [
+        vec_dot_type(weights).map(Act::Type),
+        f32_too.then_some(Act::Type(DType::F32)),
+        Q8Tiled::for_weights(weights).map(Act::Tiled),
+    ]
 }
 
 /// Scratch bytes for `a x b` on any ISA, `None` on overflow or for a weight
@@ -190,9 +226,10 @@ struct Plan<'s> {
     tile: Option<TileFn>,
     /// The many-row product for one column, where the ISA has one.
     gemv: Option<GemvFn>,
-    /// The type of the activations the dot products read: the weights' dot
-    /// type, or f32 for a tile kernel of [`tile_f32_fn`].
-    act_type: DType,
+    /// The activations the dot products read: the weights' dot type, f32
+    /// for a tile kernel of [`tile_f32_fn`], or the tiled layout of
+    /// [`tiled_tile_fn`].
+    act: Act,
     /// `b` was converted into `conv` (else read in place).
     converted: bool,
     /// Bytes of one row of `a`, and of one converted (or in-place) `b` row.
@@ -277,15 +314,23 @@ impl<'s> Plan<'s> {
         // callers), and only ever accessed atomically at this offset by the
         // node's threads.
         let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
-        let (tile, gemv, act_type) = match tile_f32_fn(la.dtype, isa) {
-            Some(t) => (Some(t), gemv_fn(la.dtype, isa, true), DType::F32),
-            None => (
+        // Several columns on the AVX2 tiles of the 32-value block types: the
+        // activations in the tiled layout (one column keeps the many-row
+        // product, which reads Q8_0).
+        let tiled = match lb.nrows() {
+            0 | 1 => None,
+            _ => tiled_tile_fn(la.dtype, isa),
+        };
+        let (tile, gemv, act) = match (tiled, tile_f32_fn(la.dtype, isa)) {
+            (Some((layout, t)), _) => (Some(t), None, Act::Tiled(layout)),
+            (None, Some(t)) => (Some(t), gemv_fn(la.dtype, isa, true), Act::Type(DType::F32)),
+            (None, None) => (
                 tile_fn(la.dtype, isa),
                 gemv_fn(la.dtype, isa, false),
-                dot_type,
+                Act::Type(dot_type),
             ),
         };
-        let converted = needs_conversion(act_type, &lb);
+        let converted = needs_conversion(act, &lb);
         Ok(Plan {
             a,
             b,
@@ -293,11 +338,11 @@ impl<'s> Plan<'s> {
             dot,
             tile,
             gemv,
-            act_type,
+            act,
             converted,
             a_row: la.row_bytes(),
             b_row: if converted {
-                act_type.row_size(lb.ne[0])?
+                act.row_size(lb.ne[0])?
             } else {
                 lb.ne[0] * 4
             },
@@ -326,8 +371,6 @@ impl<'s> Plan<'s> {
         if !self.converted || k == 0 {
             return Ok(());
         }
-        let bs = self.act_type.block_size();
-        let ts = self.act_type.type_size();
         // Units of GROUP values (whole blocks: GROUP is a multiple of every
         // block size, and quantized rows are whole blocks).
         let groups = k.div_ceil(GROUP);
@@ -341,14 +384,19 @@ impl<'s> Plan<'s> {
             // SAFETY: row < rows(b), so (i11, i12, i13) is in range and
             // elements e0..e1 < k of that row lie in b's memory.
             let src = unsafe { self.b.row(i11, i12, i13).add(e0 * self.b.nb(0)) };
-            let off = row * self.b_row + e0 / bs * ts;
-            let len = (e1 - e0) / bs * ts;
+            let off = row * self.b_row + self.act.bytes(e0);
+            let len = self.act.bytes(e1) - self.act.bytes(e0);
             // SAFETY: off + len <= rows(b) * b_row, inside the scratch (checked
             // in `new`); units are disjoint between threads, so this slice is
             // written by this thread only, and nobody reads it before the barrier.
             let out = unsafe { std::slice::from_raw_parts_mut(self.conv.add(off), len) };
             // SAFETY: elements e0..e1 of the row, at stride nb0, are in b.
-            unsafe { convert_strided(ctx.isa, self.act_type, src, self.b.nb(0), e1 - e0, out)? };
+            unsafe {
+                match self.act {
+                    Act::Type(t) => convert_strided(ctx.isa, t, src, self.b.nb(0), e1 - e0, out)?,
+                    Act::Tiled(l) => l.convert(ctx.isa, src, self.b.nb(0), e1 - e0, out)?,
+                }
+            };
             u += g1 - g0;
         }
         Ok(())
@@ -542,9 +590,17 @@ impl<'s> Plan<'s> {
             }
             return;
         };
-        let (wt, dt) = (self.a.layout.dtype, self.act_type);
+        let (wt, act) = (self.a.layout.dtype, self.act);
         let k = self.b.ne(0);
-        let kb = if ys.len() > 1 { k_block(dt).min(k) } else { k };
+        let kb = if ys.len() > 1 {
+            k_block(match act {
+                Act::Type(t) => t,
+                Act::Tiled(_) => DType::Q8_0,
+            })
+            .min(k)
+        } else {
+            k
+        };
         // Bytes of the first `v` values of a row of `t` (`v` is a multiple
         // of every block size, or `k`).
         let bytes = |t: DType, v: usize| v / t.block_size() * t.type_size();
@@ -560,7 +616,7 @@ impl<'s> Plan<'s> {
             loop {
                 let k1 = (k0 + kb).min(k);
                 let (x0, x1) = (bytes(wt, k0), bytes(wt, k1));
-                let (y0, y1) = (bytes(dt, k0), bytes(dt, k1));
+                let (y0, y1) = (act.bytes(k0), act.bytes(k1));
                 let xs: [&[u8]; TILE_ROWS] = std::array::from_fn(|i| {
                     if i < nr {
                         row_at(r0 + i).get(x0..x1).unwrap_or(&[])

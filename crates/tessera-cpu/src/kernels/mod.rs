@@ -188,6 +188,7 @@ mod gemv_avx2_k;
 mod gemv_avx2_q4_0;
 mod gemv_avx2_q5;
 mod gemv_avx2_q8;
+mod gemv_avx2_tiled;
 mod gemv_avx512;
 mod gemv_avx512_iq4xs;
 mod gemv_avx512_k;
@@ -199,6 +200,7 @@ pub mod glu;
 pub mod math;
 pub mod matmul;
 pub mod norm;
+pub(crate) mod q8_tiled;
 pub mod reduce;
 pub mod rope;
 #[cfg(target_arch = "x86_64")]
