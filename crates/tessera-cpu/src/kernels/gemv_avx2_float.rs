@@ -153,7 +153,7 @@ float_tile!(bf16_f32_tile, 2, load_bf16, one_bf16, 4, load_f32, one_f32);
 /// `TESSERA_CPU_ISA=avx2` on Zen 4, `n = 8`, one thread, distances 0 /
 /// 1 / 2 / 4 slices: F32 20.1-20.3 / 17.3-17.8 / 17.4-17.8 / 17.8-18.1 ms,
 /// F16 13.2-13.5 / 12.7-13.0 / 13.2-13.3 / 13.2 ms.
-const L2_AHEAD_VALUES: usize = 1024;
+pub(crate) const L2_AHEAD_VALUES: usize = 1024;
 
 /// One row of a step of [`float_tile_4x3`]'s kernels: eight values of row
 /// `$x` loaded by `$load` (elements of `$wx` bytes, `$d` steps of eight

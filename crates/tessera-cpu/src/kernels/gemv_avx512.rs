@@ -81,7 +81,8 @@ pub(crate) mod imp {
     use crate::kernels::dot_kquant::Q5K_BYTES;
     use crate::kernels::dot_quant::Q8K_BYTES;
     use crate::kernels::dot_quant::{Q4_0_BYTES, Q4K_BYTES, Q6K_BYTES, Q8_0_BYTES};
-    use crate::kernels::gemv_avx2_q8::prefetch;
+    use crate::kernels::gemv_avx2_float::L2_AHEAD_VALUES;
+    use crate::kernels::gemv_avx2_q8::{prefetch, prefetch_l2};
     use crate::kernels::gemv_avx512_iq4xs::iq4_xs_tile;
     use crate::kernels::gemv_avx512_k::{
         Q2K as K23_Q2K, Q3K as K23_Q3K, block_bytes as k23b, k23_tile,
@@ -490,6 +491,13 @@ pub(crate) mod imp {
                     if (i * WX) % 64 == 0 {
                         for x in xs {
                             prefetch(x.wrapping_add(i * WX), 1);
+                            if C > 1 {
+                                // The rows' next k slice into L2 (see
+                                // `gemv_avx2_float::L2_AHEAD_VALUES`): on Zen 4,
+                                // n = 8, one thread, F32 18.8 -> 15.5 ms, F16
+                                // 12.4 -> 11.2 ms (alternated).
+                                prefetch_l2(x.wrapping_add((i + L2_AHEAD_VALUES) * WX), 1);
+                            }
                         }
                     }
                     let mut y = [_mm512_setzero_ps(); C];
