@@ -41,7 +41,7 @@ use tessera::{DType, Error, Layout, MUL_MAT_WEIGHT_TYPES, Result};
 use super::NodeCtx;
 use super::gemm_driver::Plan;
 use super::gemm_pack::{KernelFn, Kernels, MR_MAX};
-use super::gemm_q8::{Q8Kernels, QB, QKernelFn, b_group_bytes, sub_size};
+use super::gemm_q8::{Q8Kernels, QB, QKernelFn, b_group_bytes, sub_size, sym_offset};
 use super::gemm_sb::{Sb, sb_kind};
 use crate::isa::Isa;
 use crate::repack::Packing;
@@ -112,6 +112,7 @@ pub fn packed_scratch_size(a: &Layout, b: &Layout, nth: usize) -> usize {
                 nr,
                 s: QB,
                 sb: None,
+                sym: None,
             })
     });
     direct
@@ -234,13 +235,15 @@ pub(crate) enum Path {
     },
     /// Weights as 8-bit codes, activations quantized; sub-blocks of `s`;
     /// activations per 256 values where `sb` says how ([`super::gemm_sb`]),
-    /// else per 32.
+    /// else per 32, with B records of `c * sum q` where `sym` is `Some(c)`
+    /// ([`super::gemm_q8`]'s constant offsets).
     Q8 {
         qk: &'static Q8Kernels,
         kernel: QKernelFn,
         nr: usize,
         s: usize,
         sb: Option<Sb>,
+        sym: Option<i32>,
     },
     /// Repacked Q4_0 weights ([`crate::repack`]), read where they lie;
     /// activations as on the integer path (sub-blocks of 32).
@@ -263,14 +266,7 @@ impl Path {
             if ncol > super::gemm_packed::DIRECT_MAX_COLS
                 && let Some(qk) = super::gemm_vnni::kernels(isa)
             {
-                let i = narrow(qk.nr, ncol);
-                return Path::Q8 {
-                    qk,
-                    kernel: qk.kernel[0][i],
-                    nr: qk.nr[i],
-                    s: QB,
-                    sb: None,
-                };
+                return Path::per_block(qk, t, QB, narrow(qk.nr, ncol));
             }
             let ks = super::gemm_packed::kernels(isa);
             let i = super::gemm_packed::width(ks, ncol);
@@ -288,18 +284,10 @@ impl Path {
             .then(|| int_kernels(t, isa))
             .flatten();
         if let Some((qk, s)) = int.and_then(|qk| Some((qk, (qk.sub)(t)?))) {
-            let si = usize::from(s == 16);
             if let Some(p) = Path::super_block(qk, t, s).filter(|_| crate::tuning::gemm_sb(t)) {
                 return p;
             }
-            let i = narrow(qk.nr, ncol);
-            return Path::Q8 {
-                qk,
-                kernel: qk.kernel[si][i],
-                nr: qk.nr[i],
-                s,
-                sb: None,
-            };
+            return Path::per_block(qk, t, s, narrow(qk.nr, ncol));
         }
         let ks = match (
             super::gemm_avx512::kernels(isa),
@@ -317,6 +305,27 @@ impl Path {
         }
     }
 
+    /// The integer path of `qk` with activations per 32 values for weights
+    /// `t` (sub-blocks of `s`), at width `i`: the constant-offset kernels
+    /// where `t` has one.
+    fn per_block(qk: &'static Q8Kernels, t: DType, s: usize, i: usize) -> Path {
+        let si = usize::from(s == 16);
+        let sym = sym_offset(t);
+        let kernels = if sym.is_some() {
+            qk.kernel_sym
+        } else {
+            qk.kernel
+        };
+        Path::Q8 {
+            qk,
+            kernel: kernels[si][i],
+            nr: qk.nr[i],
+            s,
+            sb: None,
+            sym,
+        }
+    }
+
     /// The integer path of `qk` with activations per 256 values for weights
     /// `t` (sub-blocks of `s`), where `t` and the kernel set have it.
     fn super_block(qk: &'static Q8Kernels, t: DType, s: usize) -> Option<Path> {
@@ -327,6 +336,7 @@ impl Path {
             nr,
             s,
             sb: Some(kind),
+            sym: None,
         })
     }
 
@@ -383,14 +393,8 @@ fn all_paths(t: DType) -> Vec<Path> {
     ];
     for qk in int.into_iter().flatten().filter(|k| k.types.contains(&t)) {
         let Some(s) = (qk.sub)(t) else { break };
-        for (i, &nr) in qk.nr.iter().enumerate() {
-            v.push(Path::Q8 {
-                qk,
-                kernel: qk.kernel[usize::from(s == 16)][i],
-                nr,
-                s,
-                sb: None,
-            });
+        for i in 0..qk.nr.len() {
+            v.push(Path::per_block(qk, t, s, i));
         }
         v.extend(Path::super_block(qk, t, s));
     }

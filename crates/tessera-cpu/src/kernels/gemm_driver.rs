@@ -195,13 +195,15 @@ impl Plan {
             unsafe {
                 match self.path {
                     Path::F32 { .. } => pack_b(&cols[..valid], nb0, nr, l0, l1, out.cast()),
-                    Path::Q8 { s, sb: None, .. } => {
-                        pack_b_q8(&cols[..valid], nb0, nr, s, k, l0, l1, out)
-                    }
+                    Path::Q8 {
+                        s, sb: None, sym, ..
+                    } => pack_b_q8(&cols[..valid], nb0, nr, s, sym, k, l0, l1, out),
                     Path::Q8 {
                         s, sb: Some(kind), ..
                     } => pack_b_sb(&cols[..valid], nb0, nr, s, kind, k, l0, l1, out),
-                    Path::Packed { .. } => pack_b_q8(&cols[..valid], nb0, nr, QB, k, l0, l1, out),
+                    Path::Packed { .. } => {
+                        pack_b_q8(&cols[..valid], nb0, nr, QB, None, k, l0, l1, out)
+                    }
                 }
             }
         }

@@ -38,8 +38,17 @@
 //!   row per 32-bit lane, `vpdpbusd`'s unsigned operand), then scales
 //!   `[kc / S][2][MR]` f32 (`w` then `o`).
 //! - B, per column group, over all `k`: codes `[k / 4][NR][4]` i8 (a 32-bit
-//!   broadcast per column and step), then scales `[k / S][NR][2]` f32
-//!   (`dy`, `dy * sum q`).
+//!   broadcast per column and step), then scales `[k / S][NR][2]` 32-bit
+//!   words: `dy` (f32) and `dy * sum q` (f32), or `c * sum q` (i32) for the
+//!   kernels of [`Q8Kernels::kernel_sym`].
+//!
+//! **Constant offsets.** Where `o_s = c w_s` with one integer `c` for the
+//! whole type ([`sym_offset`]: Q4_0, Q5_0, Q8_0, Q3_K, Q6_K, IQ4_NL,
+//! IQ4_XS), a sub-block's product is `w_s dy (sum u q + c sum q)`: a kernel
+//! of [`Q8Kernels::kernel_sym`] starts each integer sum at the B record's `c sum q`
+//! and scales once (a conversion, a multiply, one FMA per column) instead
+//! of adding `o_s (dy sum q)` with a second FMA. The sum stays exact
+//! (`|sum| <= 32 * 255 * 127`) and is rounded once.
 
 use tessera::DType;
 use tessera::quant::{KVALUES_IQ4NL, get_scale_min_k4};
@@ -99,6 +108,9 @@ pub(crate) struct Q8Kernels {
     pub sub: fn(DType) -> Option<usize>,
     /// The weight types the kernels handle.
     pub types: &'static [DType],
+    /// The same kernels for B records holding `c * sum q` as i32 (types
+    /// with [`sym_offset`], see the module docs).
+    pub kernel_sym: [[QKernelFn; 2]; 2],
     /// The kernel over super-block activations ([`super::gemm_sb`]) for an
     /// offset kind and sub-block size, and their panel width; `None` where
     /// the set has none.
@@ -132,6 +144,19 @@ pub(crate) fn sub_size(t: DType) -> Option<usize> {
     }
 }
 
+/// The constant `c` of weight type `t` if every sub-block's offset is
+/// `o_s = c w_s` on the integer path (the table above).
+pub(crate) fn sym_offset(t: DType) -> Option<i32> {
+    match t {
+        DType::Q4_0 => Some(-8),
+        DType::Q5_0 => Some(-16),
+        DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => Some(-128),
+        DType::Q3K => Some(-4),
+        DType::Q6K => Some(-32),
+        _ => None,
+    }
+}
+
 /// Bytes of one B panel group of `nr` columns over `k` values.
 pub(crate) fn b_group_bytes(k: usize, nr: usize, s: usize) -> Option<usize> {
     let codes = k.checked_mul(nr)?;
@@ -142,7 +167,9 @@ pub(crate) fn b_group_bytes(k: usize, nr: usize, s: usize) -> Option<usize> {
 
 /// Quantize and pack `nr` columns (`cols`: element 0 of each, `nb0` bytes
 /// between elements; missing columns are zeros) over `l` in `l0..l1`
-/// (multiples of [`QB`]) into the B group at `out` for `k` values.
+/// (multiples of [`QB`]) into the B group at `out` for `k` values; with
+/// `sym = Some(c)` each record's second word is `c * sum q` (i32, for the
+/// [`Q8Kernels::kernel_sym`]), else `dy * sum q`.
 ///
 /// # Safety
 /// Each column holds `l1` f32 at stride `nb0`; `out` is the group
@@ -154,6 +181,7 @@ pub(crate) unsafe fn pack_b_q8(
     nb0: usize,
     nr: usize,
     s: usize,
+    sym: Option<i32>,
     k: usize,
     l0: usize,
     l1: usize,
@@ -213,10 +241,18 @@ pub(crate) unsafe fn pack_b_q8(
                 let sum: i32 = part.iter().map(|&v| i32::from(v)).sum();
                 let sb = (l + h * s) / s;
                 let db = d[h * s / QB];
+                let second = match sym {
+                    // At most 32 * 127 * 128 in magnitude: no overflow.
+                    Some(cst) => cst.wrapping_mul(sum) as u32,
+                    None => (db * sum as f32).to_bits(),
+                };
                 // SAFETY: scales (sb, c) of the group, sb < k / s.
                 unsafe {
                     *scales.add((sb * nr + c) * 2) = db;
-                    *scales.add((sb * nr + c) * 2 + 1) = db * sum as f32;
+                    scales
+                        .add((sb * nr + c) * 2 + 1)
+                        .cast::<u32>()
+                        .write(second);
                 }
             }
             l += len;

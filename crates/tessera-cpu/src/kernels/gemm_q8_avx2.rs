@@ -53,8 +53,12 @@ pub(crate) mod imp {
         mr: MR,
         nr: [6, 4],
         kernel: [
-            [kernel::<6, 32, 8>, kernel::<4, 32, 8>],
-            [kernel::<6, 16, 2>, kernel::<4, 16, 2>],
+            [kernel::<6, 32, 8, false>, kernel::<4, 32, 8, false>],
+            [kernel::<6, 16, 2, false>, kernel::<4, 16, 2, false>],
+        ],
+        kernel_sym: [
+            [kernel::<6, 32, 8, true>, kernel::<4, 32, 8, true>],
+            [kernel::<6, 16, 2, true>, kernel::<4, 16, 2, true>],
         ],
         transpose,
         unpack,
@@ -78,19 +82,27 @@ pub(crate) mod imp {
     }
 
     /// `C (+)= A B` for one 8 x NR tile over sub-blocks of `S` values,
-    /// widening the 16-bit sums every `G` steps of 4 values.
+    /// widening the 16-bit sums every `G` steps of 4 values; with `SYM` the
+    /// B records hold `c * sum q` (i32) and each sum starts there (one FMA
+    /// per column and sub-block instead of two).
     ///
     /// # Safety
     /// See [`crate::kernels::gemm_q8::QKernelFn`]; AVX2 and FMA present;
     /// the codes are small enough for `G` (module docs).
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn kernel<const NR: usize, const S: usize, const G: usize>(t: &QTile) {
+    unsafe fn kernel<const NR: usize, const S: usize, const G: usize, const SYM: bool>(t: &QTile) {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); NR];
         let (mut a, mut b) = (t.a, t.b);
         let (mut asc, mut bsc) = (t.a_scales, t.b_scales);
         for _ in 0..t.kc / S {
             let mut isum = [_mm256_setzero_si256(); NR];
+            if SYM {
+                for (j, s) in isum.iter_mut().enumerate() {
+                    // SAFETY: word 1 of column j's record of this sub-block.
+                    *s = _mm256_set1_epi32(unsafe { bsc.add(2 * j + 1).cast::<i32>().read() });
+                }
+            }
             for _ in 0..S / (4 * G) {
                 let mut s16 = [_mm256_setzero_si256(); NR];
                 for _ in 0..G {
@@ -111,14 +123,17 @@ pub(crate) mod imp {
                 }
             }
             // SAFETY: one sub-block of scales: 2 * 8 f32 of A (32-byte
-            // aligned), 2 * NR f32 of B.
+            // aligned), 2 * NR words of B.
             unsafe {
                 let w = _mm256_load_ps(asc);
                 let o = _mm256_load_ps(asc.add(MR));
                 for (j, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
                     let dy = _mm256_set1_ps(*bsc.add(2 * j));
-                    let bs = _mm256_set1_ps(*bsc.add(2 * j + 1));
-                    let v = _mm256_fmadd_ps(o, bs, *acc);
+                    let v = if SYM {
+                        *acc
+                    } else {
+                        _mm256_fmadd_ps(o, _mm256_set1_ps(*bsc.add(2 * j + 1)), *acc)
+                    };
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(w, dy), v);
                 }
                 asc = asc.add(2 * MR);

@@ -130,60 +130,77 @@ fn integer_micro_kernels_match_exact_sums() {
     let mut rng = Rng(5);
     for (name, qk) in int_sets() {
         let mr_full = qk.mr;
-        for (si, s) in [32usize, 16].into_iter().enumerate() {
-            // The AVX2 kernels take codes of the weight types they serve only
-            // (16-bit sums); VNNI any byte.
-            let mask = match (name, s) {
-                ("avx2", 32) => 0x0F,
-                ("avx2", _) => 0x3F,
-                _ => 0xFF,
-            };
-            for (idx, &nr) in qk.nr.iter().enumerate() {
-                for kc in [0, s, 256] {
-                    for (mr, ncols, accumulate) in
-                        [(mr_full, nr, false), (5, nr - 3, true), (mr_full, 1, true)]
-                    {
-                        let mut q = QCase::new(&mut rng, mr_full, nr, kc, s, mask);
-                        let bsc: Vec<f32> = (0..kc / s * nr * 2).map(|_| rng.f32()).collect();
-                        let (a, asc, b) = (q.a.ptr().cast(), q.asc.ptr(), q.bcodes.as_ptr());
-                        let av = q.asc.as_mut().to_vec();
-                        let call = |cols: &[*mut f32]| {
-                            let t = QTile {
-                                kc,
-                                a,
-                                a_scales: asc,
-                                b,
-                                b_scales: bsc.as_ptr(),
-                                c: cols,
-                                row: 2,
-                                mr,
-                                accumulate,
-                            };
-                            // SAFETY: full panels; the tile lies inside `c`.
-                            unsafe { (qk.kernel[si][idx])(&t) };
-                        };
-                        q.run(ncols, call);
-                        let qr = &q;
-                        let want = |i: usize, j: usize| {
-                            let (mut v, mut mag) = (0f64, 0f64);
-                            for sb in 0..kc / s {
-                                let isum = qr.isum(i, j, sb * s, (sb + 1) * s);
-                                let (w, o) = (
-                                    f64::from(av[sb * 2 * mr_full + i]),
-                                    f64::from(av[sb * 2 * mr_full + mr_full + i]),
-                                );
-                                let (dy, bsd) = (
-                                    f64::from(bsc[(sb * nr + j) * 2]),
-                                    f64::from(bsc[(sb * nr + j) * 2 + 1]),
-                                );
-                                let term = isum as f64 * w * dy + o * bsd;
-                                v += term;
-                                mag += term.abs();
+        // Both kernel forms: B records (dy, dy * sum q) as f32, and (dy,
+        // c * sum q) with the sum as i32 (here any value: the kernel must
+        // start the integer sum there and skip the `o` scales).
+        for sym in [false, true] {
+            let table = if sym { qk.kernel_sym } else { qk.kernel };
+            for (si, s) in [32usize, 16].into_iter().enumerate() {
+                // The AVX2 kernels take codes of the weight types they serve
+                // only (16-bit sums); VNNI any byte.
+                let mask = match (name, s) {
+                    ("avx2", 32) => 0x0F,
+                    ("avx2", _) => 0x3F,
+                    _ => 0xFF,
+                };
+                for (idx, &nr) in qk.nr.iter().enumerate() {
+                    for kc in [0, s, 256] {
+                        for (mr, ncols, accumulate) in
+                            [(mr_full, nr, false), (5, nr - 3, true), (mr_full, 1, true)]
+                        {
+                            let mut q = QCase::new(&mut rng, mr_full, nr, kc, s, mask);
+                            let mut bsc: Vec<f32> =
+                                (0..kc / s * nr * 2).map(|_| rng.f32()).collect();
+                            if sym {
+                                for v in bsc.iter_mut().skip(1).step_by(2) {
+                                    let off = (rng.next() % 200_001) as i32 - 100_000;
+                                    *v = f32::from_bits(off as u32);
+                                }
                             }
-                            (v, mag)
-                        };
-                        let what = format!("{name} S={s} nr={nr} kc={kc} mr={mr}");
-                        q.verify((mr, ncols, accumulate), want, &what);
+                            let (a, asc, b) = (q.a.ptr().cast(), q.asc.ptr(), q.bcodes.as_ptr());
+                            let av = q.asc.as_mut().to_vec();
+                            let call = |cols: &[*mut f32]| {
+                                let t = QTile {
+                                    kc,
+                                    a,
+                                    a_scales: asc,
+                                    b,
+                                    b_scales: bsc.as_ptr(),
+                                    c: cols,
+                                    row: 2,
+                                    mr,
+                                    accumulate,
+                                };
+                                // SAFETY: full panels; the tile lies inside `c`.
+                                unsafe { (table[si][idx])(&t) };
+                            };
+                            q.run(ncols, call);
+                            let qr = &q;
+                            let want = |i: usize, j: usize| {
+                                let (mut v, mut mag) = (0f64, 0f64);
+                                for sb in 0..kc / s {
+                                    let isum = qr.isum(i, j, sb * s, (sb + 1) * s);
+                                    let (w, o) = (
+                                        f64::from(av[sb * 2 * mr_full + i]),
+                                        f64::from(av[sb * 2 * mr_full + mr_full + i]),
+                                    );
+                                    let (dy, second) =
+                                        (bsc[(sb * nr + j) * 2], bsc[(sb * nr + j) * 2 + 1]);
+                                    let dy = f64::from(dy);
+                                    let term = if sym {
+                                        let off = i64::from(second.to_bits() as i32);
+                                        (isum + off) as f64 * w * dy
+                                    } else {
+                                        isum as f64 * w * dy + o * f64::from(second)
+                                    };
+                                    v += term;
+                                    mag += term.abs();
+                                }
+                                (v, mag)
+                            };
+                            let what = format!("{name} sym={sym} S={s} nr={nr} kc={kc} mr={mr}");
+                            q.verify((mr, ncols, accumulate), want, &what);
+                        }
                     }
                 }
             }
@@ -305,11 +322,11 @@ fn integer_b_panels_quantize_per_32_values() {
     // SAFETY: offsets inside `data`.
     let cols: Vec<*const u8> = (0..2).map(|c| unsafe { base.add(4 * c) }).collect();
     let (k, nr) = (64, 3);
-    for s in [32usize, 16] {
+    for (s, sym) in [(32usize, None), (16, None), (32, Some(-8)), (16, Some(-32))] {
         let bytes = super::gemm_q8::b_group_bytes(k, nr, s).unwrap();
         let mut out = Buf::new(bytes / 4);
         // SAFETY: columns hold 64 values at stride 8; `out` is one group.
-        unsafe { pack_b_q8(&cols, 8, nr, s, k, 0, k, out.ptr().cast()) };
+        unsafe { pack_b_q8(&cols, 8, nr, s, sym, k, 0, k, out.ptr().cast()) };
         // SAFETY: the group's bytes.
         let g = unsafe { std::slice::from_raw_parts(out.ptr().cast::<u8>(), bytes) };
         let scales = &out.as_mut()[k * nr / 4..];
@@ -327,8 +344,11 @@ fn integer_b_panels_quantize_per_32_values() {
                 let sum: i32 = (sb * s..(sb + 1) * s)
                     .map(|l| i32::from(g[l / 4 * 4 * nr + c * 4 + l % 4] as i8))
                     .sum();
-                let dy = scales[(sb * nr + c) * 2];
-                assert_eq!(scales[(sb * nr + c) * 2 + 1], dy * sum as f32, "s={s} bsum");
+                let (dy, second) = (scales[(sb * nr + c) * 2], scales[(sb * nr + c) * 2 + 1]);
+                match sym {
+                    Some(cst) => assert_eq!(second.to_bits() as i32, cst * sum, "s={s} c sum"),
+                    None => assert_eq!(second, dy * sum as f32, "s={s} bsum"),
+                }
             }
         }
     }

@@ -50,9 +50,7 @@ pub(crate) enum Sb {
 /// set's sub-blocks, [`super::gemm_q8`]'s table of `o_s`).
 pub(crate) fn sb_kind(t: DType) -> Option<Sb> {
     match t {
-        DType::Q6K => Some(Sb::Sym(-32)),
-        DType::Q3K => Some(Sb::Sym(-4)),
-        DType::IQ4XS => Some(Sb::Sym(-128)),
+        DType::Q6K | DType::Q3K | DType::IQ4XS => super::gemm_q8::sym_offset(t).map(Sb::Sym),
         DType::Q2K => Some(Sb::Scaled),
         DType::Q4K | DType::Q5K => Some(Sb::Mins),
         _ => None,

@@ -562,6 +562,51 @@ fn each_isa_takes_its_own_kernels() {
     if vnni {
         assert_eq!(sb(DType::Q4_0, Isa::Avx512), Some(false));
     }
+    // Per 32 values, the types with one offset constant take the kernels
+    // that start their sums at `c * sum q`, on both integer kernel sets;
+    // the others (mins) the plain ones.
+    let sym = |t: DType, isa: Isa| match Path::choose(t, 64, isa, Packing::Standard) {
+        Path::Q8 {
+            qk,
+            kernel,
+            s,
+            sb: None,
+            sym,
+            ..
+        } => {
+            let table = if sym.is_some() {
+                qk.kernel_sym
+            } else {
+                qk.kernel
+            };
+            let si = usize::from(s == 16);
+            assert!(
+                table[si].iter().any(|&k| k as usize == kernel as usize),
+                "{t}"
+            );
+            Some(sym)
+        }
+        _ => None,
+    };
+    let cases = [
+        (DType::Q4_0, Some(-8)),
+        (DType::Q5_0, Some(-16)),
+        (DType::Q8_0, Some(-128)),
+        (DType::IQ4NL, Some(-128)),
+        (DType::Q4_1, None),
+        (DType::Q5_1, None),
+    ];
+    for (t, c) in cases {
+        if vnni {
+            assert_eq!(sym(t, Isa::Avx512), Some(c), "{t}");
+        }
+    }
+    if Isa::Avx2.available() {
+        assert_eq!(sym(DType::Q4_0, Isa::Avx2), Some(Some(-8)));
+        assert_eq!(sym(DType::Q6K, Isa::Avx2), Some(Some(-32)));
+        assert_eq!(sym(DType::Q3K, Isa::Avx2), Some(Some(-4)));
+        assert_eq!(sym(DType::Q4K, Isa::Avx2), Some(None));
+    }
 }
 
 /// The stream's family decides where the GEMM starts, as it decides the

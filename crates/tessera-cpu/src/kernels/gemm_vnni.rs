@@ -49,8 +49,12 @@ pub(crate) mod imp {
         mr: MR,
         nr: [12, 8],
         kernel: [
-            [kernel::<12, 32>, kernel::<8, 32>],
-            [kernel::<12, 16>, kernel::<8, 16>],
+            [kernel::<12, 32, false>, kernel::<8, 32, false>],
+            [kernel::<12, 16, false>, kernel::<8, 16, false>],
+        ],
+        kernel_sym: [
+            [kernel::<12, 32, true>, kernel::<8, 32, true>],
+            [kernel::<12, 16, true>, kernel::<8, 16, true>],
         ],
         transpose,
         unpack: vnni_unpack,
@@ -138,28 +142,41 @@ pub(crate) mod imp {
         (a, b)
     }
 
-    /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values.
+    /// `C (+)= A B` for one 16 x NR tile over sub-blocks of `S` values;
+    /// with `SYM` the B records hold `c * sum q` (i32) and each integer sum
+    /// starts there (`acc += f32(isum) * (w * dy)`, one FMA per column and
+    /// sub-block instead of two: [`crate::kernels::gemm_q8`]'s constant
+    /// offsets).
     ///
     /// # Safety
     /// See [`crate::kernels::gemm_q8::QKernelFn`]; AVX-512F/BW/VNNI present.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    unsafe fn kernel<const NR: usize, const S: usize>(t: &QTile) {
+    unsafe fn kernel<const NR: usize, const S: usize, const SYM: bool>(t: &QTile) {
         let mut acc = [_mm512_setzero_ps(); NR];
         let (mut a, mut b) = (t.a, t.b);
         let (mut asc, mut bsc) = (t.a_scales, t.b_scales);
         for _ in 0..t.kc / S {
             let mut isum = [_mm512_setzero_si512(); NR];
+            if SYM {
+                for (j, s) in isum.iter_mut().enumerate() {
+                    // SAFETY: word 1 of column j's record of this sub-block.
+                    *s = _mm512_set1_epi32(unsafe { bsc.add(2 * j + 1).cast::<i32>().read() });
+                }
+            }
             // SAFETY: one sub-block of both code panels (forwarded contract).
             (a, b) = unsafe { sub_block::<NR, S>(a, b, &mut isum) };
             // SAFETY: one sub-block of scales: 2 * 16 f32 of A (64-byte
-            // aligned), 2 * NR f32 of B.
+            // aligned), 2 * NR words of B.
             unsafe {
                 let w = _mm512_load_ps(asc);
                 let o = _mm512_load_ps(asc.add(MR));
                 for (j, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
                     let dy = _mm512_set1_ps(*bsc.add(2 * j));
-                    let bs = _mm512_set1_ps(*bsc.add(2 * j + 1));
-                    let v = _mm512_fmadd_ps(o, bs, *acc);
+                    let v = if SYM {
+                        *acc
+                    } else {
+                        _mm512_fmadd_ps(o, _mm512_set1_ps(*bsc.add(2 * j + 1)), *acc)
+                    };
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w, dy), v);
                 }
                 asc = asc.add(2 * MR);
