@@ -184,16 +184,27 @@ fn reference(
 /// Run the kernel on `nth` threads; the output, or the errors.
 fn run(
     pool: &ThreadPool,
-    (q, k, v, mask): (&mut Tensor, &mut Tensor, &mut Tensor, Option<&mut Tensor>),
+    ops: (&mut Tensor, &mut Tensor, &mut Tensor, Option<&mut Tensor>),
     p: Params,
     nth: usize,
     isa: Isa,
+) -> Result<Vec<f32>, Vec<String>> {
+    run_short(pool, ops, p, (nth, isa), 0)
+}
+
+/// [`run`] with `short` bytes less scratch than the kernel asks for.
+fn run_short(
+    pool: &ThreadPool,
+    (q, k, v, mask): (&mut Tensor, &mut Tensor, &mut Tensor, Option<&mut Tensor>),
+    p: Params,
+    (nth, isa): (usize, Isa),
+    short: usize,
 ) -> Result<Vec<f32>, Vec<String>> {
     let [_, n_q, n_head, ne3] = q.layout.ne;
     let dst = Layout::contiguous4(DType::F32, [v.layout.ne[0], n_head, n_q, ne3]).unwrap();
     let mut out = Mem::new(dst.nbytes() + 64);
     out.bytes().fill(0xA5);
-    let len = flash_attn_scratch_size(&q.layout, &k.layout, &v.layout, nth);
+    let len = flash_attn_scratch_size(&q.layout, &k.layout, &v.layout, nth) - short;
     let mut scratch_mem = Mem::new(len);
     let scratch = Scratch {
         ptr: scratch_mem.ptr(),
@@ -577,4 +588,34 @@ fn unsupported_operands_are_refused() {
     ));
     // Every thread gets its own padded part: the scratch grows with threads.
     assert!(flash_attn_scratch_size(&q, &k, &v, 3) > flash_attn_scratch_size(&q, &k, &v, 1));
+}
+
+/// Scratch one byte short: every thread with work reports it (none waits
+/// at the counter's barrier for a thread that left), on 1..3 threads, with
+/// more groups than threads (the counter's path: every thread) and with one
+/// group (thread 0 only; the others have nothing to do).
+#[test]
+fn a_short_scratch_is_an_error_on_every_thread() {
+    let pool = ThreadPool::new(3).unwrap();
+    let mut rng = Rng(17);
+    for n_q in [1, 40] {
+        let mut q = Tensor::contiguous(DType::F32, [64, n_q, 4, 1], || rng.f32());
+        let mut k = Tensor::contiguous(DType::F16, [64, 32, 1, 1], || rng.f32());
+        let mut v = Tensor::contiguous(DType::F16, [64, 32, 1, 1], || rng.f32());
+        let p = Params {
+            scale: 0.125,
+            max_bias: 0.0,
+            softcap: 0.0,
+        };
+        for nth in 1..=3 {
+            let ops = (&mut q, &mut k, &mut v, None);
+            let errs = run_short(&pool, ops, p, (nth, Isa::best()), 1).unwrap_err();
+            let want = if n_q == 1 { 1 } else { nth };
+            assert_eq!(errs.len(), want, "n_q={n_q} nth={nth}: {errs:?}");
+            assert!(errs.iter().all(|e| e.contains("scratch")), "{errs:?}");
+            // The full scratch works.
+            let ops = (&mut q, &mut k, &mut v, None);
+            assert!(run(&pool, ops, p, nth, Isa::best()).is_ok());
+        }
+    }
 }

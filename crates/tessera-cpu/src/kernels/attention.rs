@@ -35,13 +35,21 @@
 //! (`S == 0` gives `1/S := 0`), and so does Tessera. NaN scores propagate to
 //! the output row.
 //!
-//! Threads take the groups in turn (thread `i` groups `i`, `i + nth`, ...):
-//! with a causal mask a group's work grows with its queries' positions, and
-//! contiguous ranges gave the last thread most of it when all heads share
-//! one KV head (Gemma 3 270M, 512-token prompt, two threads: the first
-//! thread's queries saw 128 keys on average, the second's 384). Each thread
-//! uses its own part of the scratch for the converted queries, the
-//! accumulators and a block of scores. No barrier is needed.
+//! Threads take the groups from a shared counter (thread `i` starts with
+//! group `i`, then takes the next one not taken): with a causal mask a
+//! group's work grows with its queries' positions, so contiguous ranges
+//! gave the last thread most of it when all heads share one KV head (Gemma
+//! 3 270M, 512-token prompt, two threads: the first thread's queries saw
+//! 128 keys on average, the second's 384), and taking them in turn left a
+//! thread that was slowed down (a busy core, a VM's neighbour) holding the
+//! others at the barrier after the node (9-22 % of the node on a noisy
+//! two-vCPU VM). The counter lives in the scratch's first cache line, set
+//! by thread 0 before one barrier; with no more groups than threads each
+//! thread takes its own and there is no barrier. Each thread uses its own
+//! part of the scratch for the converted queries, the accumulators and a
+//! block of scores.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tessera::{DType, Error, Layout, Op, Result};
 
@@ -66,8 +74,12 @@ pub fn flash_attn_scratch_size(q: &Layout, k: &Layout, v: &Layout, nth: usize) -
     let _ = k;
     per_thread(q, v)
         .and_then(|p| p.checked_mul(nth.max(1)))
+        .and_then(|b| b.checked_add(COUNTER_BYTES))
         .unwrap_or(usize::MAX)
 }
+
+/// The scratch's first cache line: the counter handing out groups.
+const COUNTER_BYTES: usize = 64;
 
 /// `n` f32 rounded up to a cache line, so parts and threads never share one.
 fn padded_f32(n: usize) -> Option<usize> {
@@ -188,7 +200,10 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     let shared = n_q * (n_head / n_kv_head);
     let per_head = shared.div_ceil(GROUP_ROWS);
     let n_groups = ne3 * n_kv_head * per_head;
-    if ctx.ith >= n_groups || dv == 0 {
+    // More groups than threads: handed out by the counter (one barrier).
+    let nth = ctx.nth.max(1);
+    let dynamic = n_groups > nth && dv > 0;
+    if !dynamic && (ctx.ith >= n_groups || dv == 0) {
         return Ok(());
     }
     let kt = k.layout.dtype;
@@ -201,25 +216,29 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     // This thread's scratch: [queries | accumulators | scores], GROUP_ROWS each.
     let (q_bytes, a_bytes, per) = parts(&q.layout, &v.layout)
         .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
+    // Checked for every thread at once, so that either every thread goes
+    // on to the barrier or none does.
     let s = ctx.scratch;
-    let start = per
-        .checked_mul(ctx.ith)
-        .filter(|st| st.saturating_add(per) <= s.len);
-    let Some(start) = start.filter(|_| !s.ptr.is_null() && (s.ptr as usize).is_multiple_of(4))
-    else {
+    let fits = per
+        .checked_mul(nth)
+        .and_then(|b| b.checked_add(COUNTER_BYTES))
+        .is_some_and(|b| b <= s.len);
+    if !fits || s.ptr.is_null() || !(s.ptr as usize).is_multiple_of(COUNTER_BYTES) {
         return Err(Error::device(
             "CPU",
             format!(
-                "FLASH_ATTN_EXT: scratch of {} bytes too small for thread {}",
-                s.len, ctx.ith
+                "FLASH_ATTN_EXT: scratch of {} bytes too small for {nth} threads (or not 64-byte aligned)",
+                s.len
             ),
         ));
-    };
+    }
+    let start = COUNTER_BYTES + per * ctx.ith;
     let (qs_len, acc_len) = (GROUP_ROWS * q_bytes, a_bytes);
-    // SAFETY: start + per <= s.len, so the three parts (GROUP_ROWS queries
-    // of q_bytes, the accumulators, the scores: `per` bytes in all) are
-    // inside the scratch; this thread alone uses [start, start + per);
-    // the offsets are multiples of 64 from a 4-aligned pointer, so the f32
+    // SAFETY: start + per <= 64 + per * nth <= s.len (ith < nth), so the
+    // three parts (GROUP_ROWS queries of q_bytes, the accumulators, the
+    // scores: `per` bytes in all) are inside the scratch, after the
+    // counter's line; this thread alone uses [start, start + per); the
+    // offsets are multiples of 64 from a 64-aligned pointer, so the f32
     // parts are aligned; they do not overlap.
     let mut bufs = unsafe {
         let base = s.ptr.add(start);
@@ -268,11 +287,28 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         softcap: logit_softcap,
         alibi: Alibi::new(max_bias, n_head),
     };
-    for gi in (ctx.ith..n_groups).step_by(ctx.nth.max(1)) {
+    let run = |gi: usize, bufs: &mut GroupBufs| {
         let (rest, part) = (gi / per_head, gi % per_head);
         let (iq3, ik2) = (rest / n_kv_head, rest % n_kv_head);
         let rows = part * GROUP_ROWS..(part * GROUP_ROWS + GROUP_ROWS).min(shared);
-        group.compute(iq3, ik2, rows, &mut bufs)?;
+        group.compute(iq3, ik2, rows, bufs)
+    };
+    if !dynamic {
+        return run(ctx.ith, &mut bufs);
+    }
+    // SAFETY: the scratch's first 8 bytes (64-byte aligned, inside it:
+    // checked above), used by this node's threads only through this atomic
+    // while the node runs.
+    let counter = unsafe { &*s.ptr.cast::<AtomicUsize>() };
+    if ctx.ith == 0 {
+        // Every thread's first group is its index; published by the barrier.
+        counter.store(nth, Ordering::Relaxed);
+    }
+    ctx.barrier.wait();
+    let mut gi = ctx.ith;
+    while gi < n_groups {
+        run(gi, &mut bufs)?;
+        gi = counter.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -242,6 +242,28 @@ pub(crate) unsafe fn store_tile(t: &Tile, buf: &[f32], stride: usize) {
     }
 }
 
+/// Ask for a tile's output lines (`mr` f32 from `row` of each column in
+/// `c`) to be brought into L1: a micro-kernel calls it before its sums, so
+/// its stores at the end find the lines there instead of waiting for them
+/// (hints only, never faulting; a no-op off x86-64).
+#[inline(always)]
+pub(crate) fn prefetch_out(c: &[*mut f32], row: usize, mr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for &col in c {
+        let first = col.wrapping_add(row);
+        for p in [first, first.wrapping_add(mr.saturating_sub(1))] {
+            // SAFETY: PREFETCHT0 is a hint that never faults and has no
+            // effect on program state; SSE is part of the x86-64 baseline.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T0>(p.cast_const().cast());
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (c, row, mr);
+}
+
 /// Ask for the cache line at `p` to be brought into L2 (a hint: never
 /// faults, whatever the address; a no-op off x86-64).
 #[inline(always)]

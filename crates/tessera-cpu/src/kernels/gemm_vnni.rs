@@ -36,7 +36,7 @@ pub(crate) mod imp {
     use tessera::DType;
 
     use crate::kernels::gemm_avx2::imp::transpose;
-    use crate::kernels::gemm_pack::store_tile;
+    use crate::kernels::gemm_pack::{prefetch_out, store_tile};
     use crate::kernels::gemm_q8::QKernelFn;
     use crate::kernels::gemm_q8::QTile;
     use crate::kernels::gemm_q8_avx2::imp::unpack;
@@ -152,6 +152,7 @@ pub(crate) mod imp {
     /// See [`crate::kernels::gemm_q8::QKernelFn`]; AVX-512F/BW/VNNI present.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn kernel<const NR: usize, const S: usize, const SYM: bool>(t: &QTile) {
+        prefetch_out(t.c, t.row, t.mr);
         let mut acc = [_mm512_setzero_ps(); NR];
         let (mut a, mut b) = (t.a, t.b);
         let (mut asc, mut bsc) = (t.a_scales, t.b_scales);
@@ -198,6 +199,7 @@ pub(crate) mod imp {
     /// first record, `kc` a multiple of 256); AVX-512F/BW/VNNI present.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn kernel_sb<const NR: usize, const S: usize, const MINS: bool>(t: &QTile) {
+        prefetch_out(t.c, t.row, t.mr);
         let rec = rec_dwords(S);
         let mut acc = [_mm512_setzero_ps(); NR];
         let (mut a, mut b) = (t.a, t.b);
@@ -259,6 +261,7 @@ pub(crate) mod imp {
     /// AVX-512F/BW/VNNI present.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn kernel_sb_scaled<const NR: usize>(t: &QTile) {
+        prefetch_out(t.c, t.row, t.mr);
         const S: usize = 16;
         let rec = rec_dwords(S);
         let mut acc = [_mm512_setzero_ps(); NR];
