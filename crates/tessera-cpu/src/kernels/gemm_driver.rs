@@ -222,13 +222,19 @@ impl Plan {
             return (mu, self.m.div_ceil(mu), 1);
         }
         let want = if nth > 1 { 4 * nth } else { 1 };
-        // Rows are cut finer than that (down to one panel): a unit of fewer
-        // rows packs no more (each row is packed once per slice whatever
-        // the unit), and with 16 units a thread the last one leaves the
-        // others less to wait for (Gemma 3 270M's prompt, two threads:
-        // products of 640 rows were 8 units, and threads waited 7-8 % of
-        // them at the barrier after).
-        let want_rows = if nth > 1 { 16 * nth } else { 1 };
+        // On the integer paths rows are cut finer than that (down to one
+        // panel): a unit of fewer rows packs no more (each row is packed
+        // once per slice whatever the unit), and with 16 units a thread the
+        // last one leaves the others less to wait for (Gemma 3 270M's
+        // prompt, two threads: products of 640 rows were 8 units, and
+        // threads waited 4-10 % of them at the barrier after; 1-2 % now).
+        // The f32 path keeps 4 (the 1B F16 prompt read 3-4 % slower with
+        // 16, alternated).
+        let want_rows = match self.path {
+            _ if nth == 1 => 1,
+            Path::F32 { .. } => want,
+            Path::Q8 { .. } | Path::Packed { .. } => 16 * nth,
+        };
         let panels = self.m.div_ceil(mr);
         let nmc0 = self
             .m
