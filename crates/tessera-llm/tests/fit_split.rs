@@ -183,13 +183,20 @@ fn a_budget_moves_split_rows_off_the_device_it_limits() {
         tighter.parts[1].total() < fit.parts[1].total(),
         "{tighter}\n{fit}"
     );
-    // What loading takes is the plan, and the results are the CPU's.
+    // What loading takes is the plan, and the results are the even
+    // split's up to rounding: the row-parallel products (FFN down, cut on
+    // `k` at 96/32 instead of 64/64) sum their partials in another order,
+    // and this random 4-layer model amplifies rounding about 10^4-fold
+    // (the integer GEMM's change from `f32(sum u q) (w dy) + o (dy sum q)`
+    // to one exact integer sum moved its logits by 5e-3 of their scale;
+    // the two splits then differed by 2.2e-3). A wrong split (rows or
+    // partials mixed up) moves them by the order of the scale.
     let fitted = meta(parts(), &fit.ratios);
     let got = load_and_check(&bytes, &fitted, &fit);
     let even = load_and_check(&bytes, &m, &free);
     let scale = even.iter().fold(0f32, |a, v| a.max(v.abs()));
     for (a, b) in got.iter().zip(&even) {
-        assert!((a - b).abs() <= 1e-4 * scale, "{a} vs {b}");
+        assert!((a - b).abs() <= 1e-2 * scale, "{a} vs {b}");
     }
 }
 

@@ -555,3 +555,60 @@ fn activation_conversion_of_non_finite_values_matches_on_every_isa() {
         }
     }
 }
+
+/// On the GEMM (64 columns), a row's result does not depend on the rows
+/// around it: weights cut into two matrices at a row that is not a
+/// multiple of any panel height (as a tensor split cuts them) give the
+/// whole matrix's outputs bit for bit, for every weight type on every ISA,
+/// 1..3 threads. (The one-column dot-product tiles group rows differently
+/// at a matrix's tail, so their last bits may differ there.)
+#[test]
+fn rows_cut_off_give_the_same_bits() {
+    let pool = ThreadPool::new(3).unwrap();
+    let mut rng = Rng(99);
+    for (k, m, cut) in [(512, 40, 23), (256, 40, 5), (256, 40, 1), (768, 24, 16)] {
+        for t in MUL_MAT_WEIGHT_TYPES {
+            if !mul_mat_supported(
+                &Layout::contiguous(t, &[k, m]).unwrap(),
+                &Layout::contiguous(DType::F32, &[k, 1]).unwrap(),
+            ) {
+                continue;
+            }
+            let (mut a, _) = weights(t, [k, m, 1, 1], [1, 2, 3], &mut rng);
+            let row = t.row_size(k).unwrap();
+            let mut part = |rows: std::ops::Range<usize>| {
+                let layout = Layout::contiguous(t, &[k, rows.len()]).unwrap();
+                let mut mem = Mem::new(layout.nbytes());
+                let src = a.mem.bytes()[rows.start * row..rows.end * row].to_vec();
+                mem.bytes()[..src.len()].copy_from_slice(&src);
+                Tensor { mem, layout }
+            };
+            let (mut lo, mut hi) = (part(0..cut), part(cut..m));
+            {
+                let n = 64usize;
+                let mut b = activations([k, n, 1, 1], [0, 1, 2, 3], &mut rng);
+                let dst = |rows: usize| Layout::contiguous(DType::F32, &[rows, n]).unwrap();
+                for isa in Isa::all_available() {
+                    for nth in 1..=3 {
+                        let what = format!("{t} n={n} {isa:?} nth={nth}");
+                        let whole = run(&pool, &mut a, &mut b, dst(m), nth, isa).unwrap();
+                        let top = run(&pool, &mut lo, &mut b, dst(cut), nth, isa).unwrap();
+                        let bottom = run(&pool, &mut hi, &mut b, dst(m - cut), nth, isa).unwrap();
+                        for j in 0..n {
+                            let got: Vec<u32> = top[j * cut..(j + 1) * cut]
+                                .iter()
+                                .chain(&bottom[j * (m - cut)..(j + 1) * (m - cut)])
+                                .map(|v| v.to_bits())
+                                .collect();
+                            let want: Vec<u32> = whole[j * m..(j + 1) * m]
+                                .iter()
+                                .map(|v| v.to_bits())
+                                .collect();
+                            assert_eq!(got, want, "{what} k={k} m={m} cut={cut}: column {j}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -285,14 +285,18 @@ pub(crate) fn prefetch_l2(p: *const u8) {
 /// products stream from DRAM or L3).
 #[derive(Debug)]
 pub(crate) struct SlicePrefetch {
-    /// First byte of the next slice in row 0, and bytes between rows.
-    base: *const u8,
+    /// Bytes between rows.
     nb1: usize,
     /// Lines per row, lines in all, lines issued, lines per call.
     per_row: usize,
     total: usize,
     done: usize,
     per_call: usize,
+    /// Where the next line is: its row's first byte (row 0's is the first
+    /// byte of the next slice) and its line in the row, kept so that a
+    /// step divides nothing (a division per line).
+    row_base: *const u8,
+    line: usize,
 }
 
 impl SlicePrefetch {
@@ -308,24 +312,26 @@ impl SlicePrefetch {
         let per_row = bytes.div_ceil(64) + 1;
         let total = per_row * rows;
         SlicePrefetch {
-            base,
             nb1,
             per_row,
             total,
             done: 0,
             per_call: total.div_ceil(calls.max(1)),
+            row_base: base,
+            line: 0,
         }
     }
 
     /// Nothing to prefetch.
     pub(crate) fn none() -> Self {
         SlicePrefetch {
-            base: std::ptr::null(),
             nb1: 0,
             per_row: 1,
             total: 0,
             done: 0,
             per_call: 0,
+            row_base: std::ptr::null(),
+            line: 0,
         }
     }
 
@@ -334,8 +340,12 @@ impl SlicePrefetch {
     pub(crate) fn step(&mut self) {
         let end = self.total.min(self.done + self.per_call);
         while self.done < end {
-            let (r, l) = (self.done / self.per_row, self.done % self.per_row);
-            prefetch_l2(self.base.wrapping_add(r * self.nb1 + l * 64));
+            prefetch_l2(self.row_base.wrapping_add(self.line * 64));
+            self.line += 1;
+            if self.line == self.per_row {
+                self.line = 0;
+                self.row_base = self.row_base.wrapping_add(self.nb1);
+            }
             self.done += 1;
         }
     }
