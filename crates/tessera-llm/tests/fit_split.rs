@@ -189,8 +189,10 @@ fn a_budget_moves_split_rows_off_the_device_it_limits() {
     // and this random 4-layer model amplifies rounding about 10^4-fold
     // (the integer GEMM's change from `f32(sum u q) (w dy) + o (dy sum q)`
     // to one exact integer sum moved its logits by 5e-3 of their scale;
-    // the two splits then differed by 2.2e-3). A wrong split (rows or
-    // partials mixed up) moves them by the order of the scale.
+    // the two splits then differed by 2.2e-3: before, the two large,
+    // cancelling terms left every result on a grid ~128x coarser than its
+    // own ulp, where partials add exactly whatever the cut). A wrong split
+    // (rows or partials mixed up) moves them by the order of the scale.
     let fitted = meta(parts(), &fit.ratios);
     let got = load_and_check(&bytes, &fitted, &fit);
     let even = load_and_check(&bytes, &m, &free);
