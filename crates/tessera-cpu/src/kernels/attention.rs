@@ -223,12 +223,13 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         .checked_mul(nth)
         .and_then(|b| b.checked_add(COUNTER_BYTES))
         .is_some_and(|b| b <= s.len);
-    if !fits || s.ptr.is_null() || !(s.ptr as usize).is_multiple_of(COUNTER_BYTES) {
+    let aligned = !s.ptr.is_null() && (s.ptr as usize).is_multiple_of(COUNTER_BYTES);
+    if !fits || !aligned || ctx.ith >= nth {
         return Err(Error::device(
             "CPU",
             format!(
-                "FLASH_ATTN_EXT: scratch of {} bytes too small for {nth} threads (or not 64-byte aligned)",
-                s.len
+                "FLASH_ATTN_EXT: scratch of {} bytes too small for {nth} threads (or not 64-byte aligned, or thread {} of {nth})",
+                s.len, ctx.ith
             ),
         ));
     }
