@@ -126,13 +126,13 @@ pub(crate) mod imp {
             // aligned), 2 * NR words of B.
             unsafe {
                 let w = _mm256_load_ps(asc);
-                let o = _mm256_load_ps(asc.add(MR));
+                // The offsets `o` only without SYM (their part is in the sum).
+                let o = (!SYM).then(|| _mm256_load_ps(asc.add(MR)));
                 for (j, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
                     let dy = _mm256_set1_ps(*bsc.add(2 * j));
-                    let v = if SYM {
-                        *acc
-                    } else {
-                        _mm256_fmadd_ps(o, _mm256_set1_ps(*bsc.add(2 * j + 1)), *acc)
+                    let v = match o {
+                        Some(o) => _mm256_fmadd_ps(o, _mm256_set1_ps(*bsc.add(2 * j + 1)), *acc),
+                        None => *acc,
                     };
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(w, dy), v);
                 }

@@ -170,13 +170,13 @@ pub(crate) mod imp {
             // aligned), 2 * NR words of B.
             unsafe {
                 let w = _mm512_load_ps(asc);
-                let o = _mm512_load_ps(asc.add(MR));
+                // The offsets `o` only without SYM (their part is in the sum).
+                let o = (!SYM).then(|| _mm512_load_ps(asc.add(MR)));
                 for (j, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
                     let dy = _mm512_set1_ps(*bsc.add(2 * j));
-                    let v = if SYM {
-                        *acc
-                    } else {
-                        _mm512_fmadd_ps(o, _mm512_set1_ps(*bsc.add(2 * j + 1)), *acc)
+                    let v = match o {
+                        Some(o) => _mm512_fmadd_ps(o, _mm512_set1_ps(*bsc.add(2 * j + 1)), *acc),
+                        None => *acc,
                     };
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w, dy), v);
                 }
