@@ -29,8 +29,9 @@ for t, ne, nd, mode in (("F32", "128, 32, 512, 1", 128, "NORMAL"), ("F32", "64, 
 for s, d, ne in (("F32", "F16", "512, 3072, 1, 1"), ("F32", "Q8_0", "8192, 512, 2, 1"),
                  ("F32", "Q4_0", "8192, 512, 2, 1"), ("Q4_0", "F32", "8192, 512, 2, 1")):
     cases.append(f"new test_cpy(GGML_TYPE_{s}, GGML_TYPE_{d}, {{{ne}}})")
-cases.append("new test_flash_attn_ext(128, 128, 8, {4, 1}, 4096, 1, true, false, 0, 0, GGML_PREC_F32, "
-             "GGML_TYPE_F16, GGML_TYPE_F16)")
+for hs, nh, kv, nb in ((128, 8, 4096, 1), (64, 8, 512, 512), (256, 1, 512, 512)):
+    cases.append(f"new test_flash_attn_ext({hs}, {hs}, {nh}, {{4, 1}}, {kv}, {nb}, true, false, 0, 0, GGML_PREC_F32, "
+                 "GGML_TYPE_F16, GGML_TYPE_F16)")
 for t in ("F32", "F16", "Q8_0", "Q4_0"):
     for r in (1, 512):
         cases.append(f"new test_get_rows(GGML_TYPE_{t}, 4096, 32000, {r}, 1, 1, false)")

@@ -116,6 +116,9 @@ pub fn all_cases() -> Vec<PerfCase> {
     v.push(cpy(DType::F32, DType::Q4_0, [8192, 512, 2]));
     v.push(cpy(DType::Q4_0, DType::F32, [8192, 512, 2]));
     v.push(flash_attn(128, 8, 4, 4096, 1));
+    // Prompts: a 1B Llama's and Gemma 3 270M's heads, 512 queries.
+    v.push(flash_attn(64, 8, 4, 512, 512));
+    v.push(flash_attn(256, 1, 4, 512, 512));
     for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
         for r in [1, 512] {
             v.push(get_rows(t, 4096, 32000, r));
@@ -230,7 +233,8 @@ fn cpy(src: DType, dst: DType, ne: [usize; 3]) -> PerfCase {
     )
 }
 
-/// Decode attention: `nh_kv` KV heads, `nr` query heads per KV head.
+/// Attention of `nb` queries over `kv` keys: `nh_kv` KV heads, `nr` query
+/// heads per KV head.
 fn flash_attn(hs: usize, nh_kv: usize, nr: usize, kv: usize, nb: usize) -> PerfCase {
     let nh = nh_kv * nr;
     let params = format!("hsk={hs},hsv={hs},nh={nh_kv},nr23=[{nr},1],kv={kv},nb={nb}");

@@ -36,7 +36,7 @@ impl Mem {
     }
 }
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -47,13 +47,13 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
+    pub(super) fn f32(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     }
 }
 
 /// A tensor: memory and a layout (possibly a strided view) over it.
-struct Tensor {
+pub(super) struct Tensor {
     mem: Mem,
     layout: Layout,
 }
@@ -62,7 +62,7 @@ impl Tensor {
     /// A view `[ne0, ne1, ne2, ne3]` of `t` values whose dims are stored in
     /// memory order `order`, with `pad1` extra (unused) entries along dim 1
     /// (a KV-cache view longer than `ne1`), filled by `fill`.
-    fn new(
+    pub(super) fn new(
         t: DType,
         ne: [usize; 4],
         order: [usize; 4],
@@ -88,7 +88,7 @@ impl Tensor {
         Tensor { mem, layout }
     }
 
-    fn contiguous(t: DType, ne: [usize; 4], fill: impl FnMut() -> f32) -> Self {
+    pub(super) fn contiguous(t: DType, ne: [usize; 4], fill: impl FnMut() -> f32) -> Self {
         Tensor::new(t, ne, [0, 1, 2, 3], 0, fill)
     }
 
@@ -111,14 +111,14 @@ impl Tensor {
 }
 
 #[derive(Clone, Copy)]
-struct Params {
-    scale: f32,
-    max_bias: f32,
-    softcap: f32,
+pub(super) struct Params {
+    pub scale: f32,
+    pub max_bias: f32,
+    pub softcap: f32,
 }
 
 /// The f64 reference, in dst order `[dv, n_head, n_q, ne3]`.
-fn reference(
+pub(super) fn reference(
     q: &mut Tensor,
     k: &mut Tensor,
     v: &mut Tensor,
@@ -172,7 +172,12 @@ fn reference(
                 let sum: f64 = w.iter().sum();
                 let base = ((i3 * n_q + i1) * n_head + h) * dv;
                 for d in 0..dv {
-                    let acc: f64 = (0..n_kv).map(|j| w[j] * v.get([d, j, hk, i3])).sum();
+                    // Masked keys are not read (as ggml): their V rows
+                    // may hold anything.
+                    let acc: f64 = (0..n_kv)
+                        .filter(|&j| s[j] != f64::NEG_INFINITY)
+                        .map(|j| w[j] * v.get([d, j, hk, i3]))
+                        .sum();
                     out[base + d] = acc / sum;
                 }
             }
@@ -182,7 +187,7 @@ fn reference(
 }
 
 /// Run the kernel on `nth` threads; the output, or the errors.
-fn run(
+pub(super) fn run(
     pool: &ThreadPool,
     ops: (&mut Tensor, &mut Tensor, &mut Tensor, Option<&mut Tensor>),
     p: Params,
@@ -258,7 +263,7 @@ fn run_short(
         .collect())
 }
 
-fn nmse(out: &[f32], want: &[f64]) -> f64 {
+pub(super) fn nmse(out: &[f32], want: &[f64]) -> f64 {
     assert_eq!(out.len(), want.len());
     let err: f64 = out
         .iter()
@@ -270,7 +275,7 @@ fn nmse(out: &[f32], want: &[f64]) -> f64 {
 }
 
 /// One case on 1, 2, 3 threads and every ISA; returns the reference.
-fn check(
+pub(super) fn check(
     pool: &ThreadPool,
     what: &str,
     q: &mut Tensor,
@@ -304,7 +309,7 @@ fn check(
 /// A causal-style F16 mask `[n_kv, n_q_pad, m2, 1]`: key `j` is visible to
 /// query `i` when `j <= n_kv - n_q + i`, with random biases in `(-amp, amp)`; query
 /// `hidden` (if any) sees nothing.
-fn mask(
+pub(super) fn mask(
     n_kv: usize,
     n_q: usize,
     m2: usize,
@@ -333,7 +338,7 @@ fn mask(
     t
 }
 
-const KV_TYPES: [(DType, DType); 4] = [
+pub(super) const KV_TYPES: [(DType, DType); 4] = [
     (DType::F16, DType::F16),
     (DType::F32, DType::F32),
     (DType::F16, DType::F32),

@@ -3,6 +3,7 @@
 //! portable or f64 reference on the same bytes.
 
 mod attention;
+mod attention_prompt;
 mod dot_kernels;
 mod matmul;
 mod simd_kernels;

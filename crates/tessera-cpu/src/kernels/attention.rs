@@ -23,6 +23,14 @@
 //! accumulators, as ggml does). The computation of one group
 //! lives in [`super::attention_group`].
 //!
+//! Prompts (at least [`GEMM_MIN_ROWS`] rows per KV head) with an F16 or F32
+//! cache take the GEMM form instead ([`super::attention_gemm`]): groups of
+//! up to [`GEMM_ROWS`] rows, scores and outputs as small matrix products on
+//! the GEMM's f32 micro-kernels, the same softmax step. Groups are handed
+//! out last queries first. With 64-value heads (a 1B Llama's prompt) this
+//! form runs the attention 1.3-1.5x as fast; with 256-value heads (Gemma
+//! 3) about as fast as the dot-product form.
+//!
 //! Sinks (F32 `src4`, optional, one logit per query head; ggml's
 //! `ggml_flash_attn_ext_add_sinks`) join after the keys, as ggml does: with
 //! `s` the head's sink, `s > max` rescales the accumulators and the sum by
@@ -54,9 +62,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera::{DType, Error, Layout, Op, Result};
 
 use super::NodeCtx;
+use super::attention_gemm::{GEMM_MIN_ROWS, GEMM_ROWS, GemmBufs, gemm_bytes};
 use super::attention_group::{Group, GroupBufs};
+use super::attention_scale::scale_mask_fn;
 use super::attention_vec::{exp_fn, f16_row_fn, vacc_fn};
 use super::dot::{dot_fn, tile_f32_fn, tile_fn, vec_dot_type};
+use super::gemm::f32_kernels;
 
 /// Keys scored per step of the online softmax.
 pub const KV_BLOCK: usize = 64;
@@ -103,9 +114,9 @@ fn parts(q: &Layout, v: &Layout) -> Option<(usize, usize, usize)> {
     ))
 }
 
-/// Bytes of one thread's scratch.
+/// Bytes of one thread's scratch: enough for either form.
 fn per_thread(q: &Layout, v: &Layout) -> Option<usize> {
-    parts(q, v).map(|p| p.2)
+    Some(parts(q, v)?.2.max(gemm_bytes(q.ne[0], v.ne[0])?))
 }
 
 /// The operand checks shared by [`flash_attn_supported`] and the kernel.
@@ -195,10 +206,14 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         ));
     }
     // Groups: per batch entry and KV head, the n_q * (heads per KV head)
-    // rows sharing that K/V, GROUP_ROWS at a time.
+    // rows sharing that K/V, GROUP_ROWS at a time, or GEMM_ROWS in the
+    // GEMM form (prompts with an F16 or F32 cache).
     let n_kv_head = k.ne(2);
     let shared = n_q * (n_head / n_kv_head);
-    let per_head = shared.div_ceil(GROUP_ROWS);
+    let f_or_h = |t: DType| matches!(t, DType::F16 | DType::F32);
+    let gemm = shared >= GEMM_MIN_ROWS && f_or_h(k.layout.dtype) && f_or_h(v.layout.dtype);
+    let group_rows = if gemm { GEMM_ROWS } else { GROUP_ROWS };
+    let per_head = shared.div_ceil(group_rows);
     let n_groups = ne3 * n_kv_head * per_head;
     // More groups than threads: handed out by the counter (one barrier).
     let nth = ctx.nth.max(1);
@@ -214,7 +229,9 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     })?;
 
     // This thread's scratch: [queries | accumulators | scores], GROUP_ROWS each.
-    let (q_bytes, a_bytes, per) = parts(&q.layout, &v.layout)
+    let (q_bytes, a_bytes, _) = parts(&q.layout, &v.layout)
+        .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
+    let per = per_thread(&q.layout, &v.layout)
         .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
     // Checked for every thread at once, so that either every thread goes
     // on to the barrier or none does.
@@ -234,24 +251,24 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         ));
     }
     let start = COUNTER_BYTES + per * ctx.ith;
-    let (qs_len, acc_len) = (GROUP_ROWS * q_bytes, a_bytes);
-    // SAFETY: start + per <= 64 + per * nth <= s.len (ith < nth), so the
-    // three parts (GROUP_ROWS queries of q_bytes, the accumulators, the
-    // scores: `per` bytes in all) are inside the scratch, after the
-    // counter's line; this thread alone uses [start, start + per); the
-    // offsets are multiples of 64 from a 64-aligned pointer, so the f32
-    // parts are aligned; they do not overlap.
-    let mut bufs = unsafe {
-        let base = s.ptr.add(start);
-        GroupBufs {
-            q: std::slice::from_raw_parts_mut(base, qs_len),
+    // SAFETY: start + per <= 64 + per * nth <= s.len (ith < nth): this
+    // thread's part of the scratch, after the counter's line, used by this
+    // thread alone while the node runs; 64-byte aligned (64-aligned base,
+    // offsets multiples of 64: `parts` and `gemm_bytes` pad every part).
+    let mine = unsafe { std::slice::from_raw_parts_mut(s.ptr.add(start), per) };
+    let mut bufs = if gemm {
+        Bufs::Gemm(GemmBufs::new(mine, q.ne(0), dv)?)
+    } else {
+        let (qs_len, acc_len) = (GROUP_ROWS * q_bytes, a_bytes);
+        let (qs, rest) = mine.split_at_mut(qs_len);
+        let (acc, scores) = rest.split_at_mut(acc_len);
+        let n = scores.len() / 4 * 4;
+        Bufs::Rows(GroupBufs {
+            q: qs,
             q_stride: q_bytes,
-            acc: std::slice::from_raw_parts_mut(base.add(qs_len).cast::<f32>(), acc_len / 4),
-            scores: std::slice::from_raw_parts_mut(
-                base.add(qs_len + acc_len).cast::<f32>(),
-                (per - qs_len - acc_len) / 4,
-            ),
-        }
+            acc: f32s(acc)?,
+            scores: f32s(&mut scores[..n])?,
+        })
     };
 
     // F16 K: where there is an f16 x f32 kernel, q is rounded to f16 (as in
@@ -278,6 +295,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         round_q,
         vacc,
         exp: exp_fn(ctx.isa),
+        scale_mask: scale_mask_fn(ctx.isa),
         f16_row: f16_row_fn(ctx.isa),
         isa: ctx.isa,
         scale: if logit_softcap != 0.0 {
@@ -288,11 +306,24 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         softcap: logit_softcap,
         alibi: Alibi::new(max_bias, n_head),
     };
-    let run = |gi: usize, bufs: &mut GroupBufs| {
+    let ks = f32_kernels(ctx.isa);
+    let run = |gi: usize, bufs: &mut Bufs| {
         let (rest, part) = (gi / per_head, gi % per_head);
         let (iq3, ik2) = (rest / n_kv_head, rest % n_kv_head);
-        let rows = part * GROUP_ROWS..(part * GROUP_ROWS + GROUP_ROWS).min(shared);
-        group.compute(iq3, ik2, rows, bufs)
+        match bufs {
+            Bufs::Rows(b) => {
+                let rows = part * GROUP_ROWS..(part * GROUP_ROWS + GROUP_ROWS).min(shared);
+                group.compute(iq3, ik2, rows, b)
+            }
+            Bufs::Gemm(b) => {
+                // The last queries first: under a causal mask they see the
+                // most keys, and the groups handed out last are then the
+                // short ones.
+                let part = per_head - 1 - part;
+                let rows = part * GEMM_ROWS..(part * GEMM_ROWS + GEMM_ROWS).min(shared);
+                group.compute_gemm(ks, iq3, ik2, rows, b)
+            }
+        }
     };
     if !dynamic {
         return run(ctx.ith, &mut bufs);
@@ -312,6 +343,20 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         gi = counter.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Bytes as f32 (aligned, whole values).
+fn f32s(b: &mut [u8]) -> Result<&mut [f32]> {
+    bytemuck::try_cast_slice_mut(b)
+        .map_err(|_| Error::device("CPU", "FLASH_ATTN_EXT: unaligned scratch"))
+}
+
+/// A thread's scratch in the form the node runs in.
+enum Bufs<'s> {
+    /// Groups of [`GROUP_ROWS`] rows, dot products.
+    Rows(GroupBufs<'s>),
+    /// Groups of [`GEMM_ROWS`] rows, the GEMM's micro-kernels.
+    Gemm(GemmBufs<'s>),
 }
 
 /// ALiBi slopes as in ggml's softmax and flash attention.

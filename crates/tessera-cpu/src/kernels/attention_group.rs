@@ -14,6 +14,7 @@ use tessera::{Error, Result};
 use super::TensorRef;
 use super::act_quant::{convert_strided, round_to_f16};
 use super::attention::{Alibi, GROUP_ROWS, KV_BLOCK};
+use super::attention_scale::{ScaleMaskFn, scale_mask_scalar};
 use super::attention_vec::{ExpFn, F16RowFn, VaccFn};
 use super::dot::{DotFn, TILE_COLS, TILE_ROWS, TileFn};
 use crate::isa::Isa;
@@ -46,6 +47,8 @@ pub(crate) struct Group {
     pub round_q: bool,
     pub vacc: VaccFn,
     pub exp: ExpFn,
+    /// Scale, mask and block maximum of a row's scores.
+    pub scale_mask: ScaleMaskFn,
     pub f16_row: F16RowFn,
     pub isa: Isa,
     /// `scale`, divided by the softcap when there is one.
@@ -56,14 +59,14 @@ pub(crate) struct Group {
 
 /// One row of a group: where it comes from and its softmax state.
 #[derive(Clone, Copy)]
-struct RowState<'m> {
-    iq1: usize,
-    iq2: usize,
-    slope: f32,
+pub(super) struct RowState<'m> {
+    pub iq1: usize,
+    pub iq2: usize,
+    pub slope: f32,
     /// The row's mask (`n_kv` f16), if any.
-    mask: Option<&'m [u8]>,
-    max: f32,
-    sum: f32,
+    pub mask: Option<&'m [u8]>,
+    pub max: f32,
+    pub sum: f32,
 }
 
 fn scratch_error() -> Error {
@@ -127,21 +130,7 @@ impl Group {
                     .map_err(|_| Error::device("CPU", "FLASH_ATTN_EXT: unaligned f32 queries"))?;
                 round_to_f16(self.isa, vals);
             }
-            let mask = self.mask.filter(|_| n_kv > 0).map(|m| {
-                // SAFETY: iq1 < n_q <= mask ne1, the moduli are below ne2/ne3
-                // (> 0, checked), and the row holds at least n_kv contiguous f16.
-                unsafe {
-                    std::slice::from_raw_parts(m.row(iq1, iq2 % m.ne(2), iq3 % m.ne(3)), 2 * n_kv)
-                }
-            });
-            st[g] = RowState {
-                iq1,
-                iq2,
-                slope: self.alibi.slope(iq2),
-                mask,
-                max: f32::NEG_INFINITY,
-                sum: 0.0,
-            };
+            st[g] = self.row_state(iq1, iq2, iq3);
         }
         let st = &mut st[..ng];
         b.acc[..ng * dv].fill(0.0);
@@ -226,45 +215,11 @@ impl Group {
                         }
                     }
                 }
-                let mv = &mv[..n_live];
-                if self.softcap != 0.0 {
-                    for (s, &m) in sc.iter_mut().zip(mv) {
-                        *s = self.softcap * (*s * self.scale).tanh() + m;
-                    }
-                } else {
-                    for (s, &m) in sc.iter_mut().zip(mv) {
-                        *s = *s * self.scale + m;
-                    }
-                }
-                // A masked key weighs 0 whatever its score (NaN, +inf).
-                for (s, &m) in sc.iter_mut().zip(mv) {
-                    if m == f32::NEG_INFINITY {
-                        *s = f32::NEG_INFINITY;
-                    }
-                }
-                // The block maximum ignoring NaNs, in independent lanes.
-                let mut lanes = [f32::NEG_INFINITY; 8];
-                for ch in sc.chunks(8) {
-                    for (l, &x) in lanes.iter_mut().zip(ch) {
-                        *l = l.max(x);
-                    }
-                }
-                let bmax = lanes.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-                let any = bmax != f32::NEG_INFINITY || sc.iter().any(|x| x.is_nan());
-                if !any {
-                    sc.fill(0.0);
-                    continue;
-                }
-                let new_max = row.max.max(bmax);
-                if new_max > row.max {
-                    let ms = (row.max - new_max).exp();
+                if let Some(ms) = self.softmax_step(row, sc, &mv[..n_live]) {
                     b.acc[g * dv..(g + 1) * dv]
                         .iter_mut()
                         .for_each(|a| *a *= ms);
-                    row.sum *= ms;
-                    row.max = new_max;
                 }
-                row.sum += (self.exp)(sc, row.max);
             }
 
             // One pass over the live V rows for every row of the group.
@@ -286,8 +241,77 @@ impl Group {
             );
         }
 
-        for (g, row) in st.iter_mut().enumerate().take(ng) {
-            let acc = &mut b.acc[g * dv..(g + 1) * dv];
+        self.finish(st, &mut b.acc[..ng * dv], iq3);
+        Ok(())
+    }
+
+    /// The starting state of the row of query `iq1` and head `iq2` in batch
+    /// entry `iq3` (all in range).
+    pub(super) fn row_state(&self, iq1: usize, iq2: usize, iq3: usize) -> RowState<'_> {
+        let n_kv = self.k.ne(1);
+        let mask = self.mask.as_ref().filter(|_| n_kv > 0).map(|m| {
+            // SAFETY: iq1 < n_q <= mask ne1, the moduli are below ne2/ne3
+            // (> 0, checked), and the row holds at least n_kv contiguous f16.
+            unsafe {
+                std::slice::from_raw_parts(m.row(iq1, iq2 % m.ne(2), iq3 % m.ne(3)), 2 * n_kv)
+            }
+        });
+        RowState {
+            iq1,
+            iq2,
+            slope: self.alibi.slope(iq2),
+            mask,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+        }
+    }
+
+    /// Scale, softcap and mask one row's block of raw scores `sc` (`mv`: the
+    /// keys' mask values times the slope, zeros without a mask), then the
+    /// online-softmax step: `sc` becomes the keys' weights and the row's
+    /// maximum and sum are updated. Returns the factor the row's
+    /// accumulator must be multiplied by before this block's V rows are
+    /// added (`None`: unchanged).
+    pub(super) fn softmax_step(
+        &self,
+        row: &mut RowState,
+        sc: &mut [f32],
+        mv: &[f32],
+    ) -> Option<f32> {
+        // A masked key weighs 0 whatever its score (NaN, +inf); the block
+        // maximum ignores NaNs.
+        let (bmax, nan) = if self.softcap != 0.0 {
+            for s in sc.iter_mut() {
+                *s = self.softcap * (*s * self.scale).tanh();
+            }
+            // Times 1 (exact), plus the mask.
+            scale_mask_scalar(sc, mv, 1.0)
+        } else {
+            (self.scale_mask)(sc, mv, self.scale)
+        };
+        let any = bmax != f32::NEG_INFINITY || nan;
+        if !any {
+            sc.fill(0.0);
+            return None;
+        }
+        let new_max = row.max.max(bmax);
+        let mut rescale = None;
+        if new_max > row.max {
+            let ms = (row.max - new_max).exp();
+            row.sum *= ms;
+            row.max = new_max;
+            rescale = Some(ms);
+        }
+        row.sum += (self.exp)(sc, row.max);
+        rescale
+    }
+
+    /// The end of a group: the sinks, the division by each row's sum, and
+    /// the rows written to `dst` (`acc`: the rows' accumulators, `dv` f32
+    /// each, in the order of `st`).
+    pub(super) fn finish(&self, st: &mut [RowState], acc: &mut [f32], iq3: usize) {
+        let dv = self.v.ne(0);
+        for (row, acc) in st.iter_mut().zip(acc.chunks_exact_mut(dv.max(1))) {
             if let Some(sk) = self.sinks {
                 // SAFETY: iq2 < n_head <= sinks ne0, contiguous f32 (checked
                 // by the kernel).
@@ -311,6 +335,5 @@ impl Group {
                 std::ptr::copy_nonoverlapping(acc.as_ptr().cast::<u8>(), d, dv * 4);
             }
         }
-        Ok(())
     }
 }

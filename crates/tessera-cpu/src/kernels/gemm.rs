@@ -289,14 +289,7 @@ impl Path {
             }
             return Path::per_block(qk, t, s, narrow(qk.nr, ncol));
         }
-        let ks = match (
-            super::gemm_avx512::kernels(isa),
-            super::gemm_avx2::kernels(),
-        ) {
-            (Some(k), _) => k,
-            (_, Some(k)) if isa.has_avx2() => k,
-            _ => &super::gemm_portable::KERNELS,
-        };
+        let ks = f32_kernels(isa);
         let i = narrow(ks.nr, ncol);
         Path::F32 {
             ks,
@@ -368,6 +361,19 @@ impl Path {
             } => super::gemm_sb::b_group_bytes(k, nr, s),
             Path::Packed { nr, .. } => b_group_bytes(k, nr, QB),
         }
+    }
+}
+
+/// The f32 micro-kernels for `isa`: AVX-512, AVX2 or portable (the best
+/// family both `isa` and the CPU have).
+pub(crate) fn f32_kernels(isa: Isa) -> &'static Kernels {
+    match (
+        super::gemm_avx512::kernels(isa),
+        super::gemm_avx2::kernels(),
+    ) {
+        (Some(k), _) => k,
+        (_, Some(k)) if isa.has_avx2() => k,
+        _ => &super::gemm_portable::KERNELS,
     }
 }
 

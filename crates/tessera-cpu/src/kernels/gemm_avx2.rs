@@ -244,6 +244,68 @@ pub(crate) mod imp {
         }
     }
 
+    /// `out[l * nr + c] = cols[c][l]` for `l` in `l0..l1` and `c < nr`
+    /// (zeros for `c >= cols.len()`): the B panel of contiguous f32 rows,
+    /// eight rows times eight values transposed in registers. The scalar
+    /// loop read and wrote one value at a time (a tenth of a prompt's
+    /// attention with 64-value heads, whose weights are packed per block).
+    ///
+    /// # Safety
+    /// Each of the `cols.len() <= nr` columns holds `l1` readable f32,
+    /// `out` holds `l1 * nr` writable f32, and AVX2 is present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn pack_b_rows(
+        cols: &[*const f32],
+        nr: usize,
+        l0: usize,
+        l1: usize,
+        out: *mut f32,
+    ) {
+        let zero = _mm256_setzero_ps();
+        let l8 = l0 + (l1.saturating_sub(l0)) / 8 * 8;
+        for h in 0..nr.div_ceil(8) {
+            let w = (nr - 8 * h).min(8);
+            let r = cols.get(8 * h..).unwrap_or(&[]);
+            let mut l = l0;
+            while l < l8 {
+                let v = std::array::from_fn(|i| match r.get(i) {
+                    // SAFETY: values l..l + 8 < l1 of column 8h + i.
+                    Some(&p) if i < w => unsafe { _mm256_loadu_ps(p.add(l)) },
+                    _ => zero,
+                });
+                for (i, c) in transpose8(v).into_iter().enumerate() {
+                    // SAFETY: step l + i < l1 of the panel, its values
+                    // 8h .. 8h + w < nr.
+                    unsafe {
+                        let o = out.add((l + i) * nr + 8 * h);
+                        match w {
+                            8 => _mm256_storeu_ps(o, c),
+                            4 => _mm_storeu_ps(o, _mm256_castps256_ps128(c)),
+                            _ => {
+                                let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                                let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w as i32), lane);
+                                _mm256_maskstore_ps(o, keep, c);
+                            }
+                        }
+                    }
+                }
+                l += 8;
+            }
+            for l in l8..l1 {
+                for i in 0..w {
+                    // SAFETY: value l < l1 of column 8h + i (if any); step
+                    // l of the panel.
+                    unsafe {
+                        *out.add(l * nr + 8 * h + i) = match r.get(i) {
+                            Some(&p) => *p.add(l),
+                            None => 0.0,
+                        }
+                    };
+                }
+            }
+        }
+    }
+
     /// The AVX2 row converter of `t` (`None` for F32, read in place).
     pub(crate) fn dequant(t: DType) -> Option<DequantFn> {
         Some(match t {

@@ -110,8 +110,21 @@ pub(crate) unsafe fn pack_b(
     out: *mut f32,
 ) {
     if nb0 == 4 {
-        // Contiguous rows: element-wise reads vectorise poorly, but this is
-        // a small share of the work (k * n values against m * k * n FMAs).
+        #[cfg(target_arch = "x86_64")]
+        if crate::isa::Isa::Avx2.available() && cols.len() <= nr && nr <= NR_PACK_MAX {
+            let mut rows = [std::ptr::null::<f32>(); NR_PACK_MAX];
+            for (r, &c) in rows.iter_mut().zip(cols) {
+                *r = c.cast();
+            }
+            // SAFETY: the columns hold l1 f32 each, `out` l1 * nr (this
+            // function's contract); AVX2 present (checked).
+            unsafe {
+                super::gemm_avx2::imp::pack_b_rows(&rows[..cols.len()], nr, l0, l1, out);
+            }
+            return;
+        }
+        // Contiguous rows, no AVX2: element-wise reads vectorise poorly,
+        // but this is a small share of the work.
         for l in l0..l1 {
             for c in 0..nr {
                 let v = match cols.get(c) {
@@ -137,6 +150,9 @@ pub(crate) unsafe fn pack_b(
         }
     }
 }
+
+/// Most columns of a B panel the vector packer takes.
+const NR_PACK_MAX: usize = 16;
 
 /// Where the rows of one A panel come from.
 #[derive(Clone, Copy, Debug)]

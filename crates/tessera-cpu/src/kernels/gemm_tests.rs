@@ -630,3 +630,37 @@ fn the_stream_family_decides_where_the_gemm_starts() {
     assert!(small < usize::MAX);
     assert_eq!(big > small, vnni);
 }
+
+/// The B packer of contiguous rows (vector transposes where the CPU has
+/// AVX2) against the definition, every panel width, fewer rows than the
+/// width, odd ranges of `l`; what lies outside the range is left alone.
+#[test]
+fn contiguous_b_panels_match_the_definition() {
+    for nr in [4usize, 6, 8, 12, 16] {
+        for ncols in [1, nr / 2, nr] {
+            for (l0, l1) in [(0usize, 0usize), (0, 7), (3, 29), (8, 40), (5, 6)] {
+                let cols: Vec<Vec<f32>> = (0..ncols)
+                    .map(|c| (0..l1).map(|l| (c * 1000 + l) as f32 + 0.5).collect())
+                    .collect();
+                let ptrs: Vec<*const u8> = cols.iter().map(|c| c.as_ptr().cast()).collect();
+                let mut out = vec![-1f32; l1 * nr + 1];
+                // SAFETY: every column holds l1 f32; `out` holds l1 * nr.
+                unsafe { pack_b(&ptrs, 4, nr, l0, l1, out.as_mut_ptr()) };
+                for (i, &v) in out.iter().enumerate() {
+                    let (l, c) = (i / nr, i % nr);
+                    let want = if i >= l1 * nr || l < l0 {
+                        -1.0
+                    } else if c < ncols {
+                        cols[c][l]
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(
+                        v, want,
+                        "nr {nr} ncols {ncols} l {l0}..{l1}: step {l} column {c}"
+                    );
+                }
+            }
+        }
+    }
+}

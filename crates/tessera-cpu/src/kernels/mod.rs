@@ -146,7 +146,9 @@ impl NodeCtx<'_> {
 pub mod act_quant;
 mod act_quant_avx2;
 pub mod attention;
+mod attention_gemm;
 mod attention_group;
+mod attention_scale;
 mod attention_vec;
 mod attention_vec512;
 pub mod binary;
