@@ -26,7 +26,6 @@
 use tessera::{DType, Error, Result};
 
 use super::act_quant::round_to_f16;
-use super::attention::KV_BLOCK;
 use super::attention_group::Group;
 use super::gemm::KC;
 use super::gemm_pack::{Kernels, MR_MAX, PackBufs, PanelSrc, Tile, pack_a, pack_b};
@@ -38,6 +37,12 @@ pub const GEMM_ROWS: usize = 64;
 /// prompt); fewer (decoding: the query heads of one KV head) stay on the
 /// dot-product form.
 pub const GEMM_MIN_ROWS: usize = 32;
+
+/// Keys per block of the online softmax in the GEMM form (the dot-product
+/// form's [`super::attention::KV_BLOCK`] is 64): each micro-kernel call of
+/// `O += V^T P` runs over a block, so its output tile's loads and stores
+/// are spread over more keys.
+pub const KV_BLOCK: usize = 128;
 
 /// Most columns of a B panel of any kernel set.
 const NR_MAX: usize = 12;
@@ -397,6 +402,7 @@ impl Group {
         let nvp = dv.div_ceil(mr);
         let row_bytes = self.v.layout.row_bytes();
         let f16 = self.v.layout.dtype == DType::F16;
+        let avx2 = self.isa.has_avx2();
         for (l, &d) in dead.iter().enumerate().take(nk) {
             // SAFETY: key c0 + l < n_kv, (ik2, ik3) in v's range; the row
             // holds dv contiguous values.
@@ -410,7 +416,7 @@ impl Group {
                     continue;
                 }
                 if f16 {
-                    self.f16_chunk(&src[2 * ip * mr..2 * (ip * mr + n)], &mut out[..n]);
+                    self.f16_chunk(&src[2 * ip * mr..2 * (ip * mr + n)], &mut out[..n], avx2);
                 } else {
                     let vals = src[4 * ip * mr..4 * (ip * mr + n)].chunks_exact(4);
                     for (x, e) in out.iter_mut().zip(vals) {
@@ -425,17 +431,19 @@ impl Group {
 
     /// `out[i] = f16 value i of from` (`from` holds `out.len()` values): a
     /// chunk of a V row, converted in place of a call through `f16_row`
-    /// where the CPU has F16C.
-    fn f16_chunk(&self, from: &[u8], out: &mut [f32]) {
+    /// where the CPU has F16C (`avx2`: the stream's `isa.has_avx2()`,
+    /// asked once per block).
+    fn f16_chunk(&self, from: &[u8], out: &mut [f32], avx2: bool) {
         #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx2() && from.len() >= 2 * out.len() {
-            // SAFETY: AVX2/F16C present (`has_avx2` checks the CPU); `from`
+        if avx2 && from.len() >= 2 * out.len() {
+            // SAFETY: AVX2/F16C present (`has_avx2` checked the CPU); `from`
             // holds out.len() f16 (unaligned loads), `out` as many f32.
             unsafe {
                 super::cvt_avx2::f16_to_f32(out.as_mut_ptr(), from.as_ptr().cast(), out.len())
             };
             return;
         }
+        let _ = avx2;
         (self.f16_row)(from, out);
     }
 }

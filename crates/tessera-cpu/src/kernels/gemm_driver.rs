@@ -314,6 +314,7 @@ impl Plan {
         // sequential stream per call instead of one short run per slice).
         let slice = match self.path {
             Path::Packed { .. } if groups.len() == 1 => k,
+            Path::Q8 { s, .. } if self.one_slice(rows.len(), s) => k,
             Path::Q8 { .. } | Path::Packed { .. } => KC_Q,
             Path::F32 { .. } => KC,
         };
@@ -457,6 +458,20 @@ impl Plan {
                 break;
             }
         }
+    }
+
+    /// Does all of `k` fit one slice of the integer path for a unit of
+    /// `rows` rows (sub-blocks of `s`)? Up to `2 * KC_Q` values, where the
+    /// unit's codes and scales fit the A buffer's halves and a row's codes
+    /// a conversion row. Gemma 3's `k = 640` was a slice of 512 and one of
+    /// 128, whose calls load and store each output tile for a quarter of
+    /// the steps.
+    fn one_slice(&self, rows: usize, s: usize) -> bool {
+        let (k, panel_rows) = (self.k, rows.next_multiple_of(self.mr));
+        k <= 2 * KC_Q
+            && k <= KC * 4
+            && panel_rows * k <= AP_BYTES / 2
+            && panel_rows * (k / s.max(1)) * 2 * 4 <= AP_BYTES / 2
     }
 
     /// The prefetcher of the B panel of group `i` (of the packed block) for

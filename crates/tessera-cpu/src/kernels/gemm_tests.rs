@@ -492,6 +492,11 @@ fn driver_covers_blocks_slices_and_edges() {
     driver_case(DType::Q4K, 1280, 33, 13, [1, 1], [1, 1], &mut rng);
     driver_case(DType::Q4_0, 1120, 17, 12, [1, 1], [1, 1], &mut rng);
     driver_case(DType::Q5K, 1536, 16, 9, [1, 1], [1, 1], &mut rng);
+    // k <= 1024 in one slice where a unit's codes fit the A buffer: on one
+    // thread units of 208 rows of 800 codes do not (two slices), on three
+    // units of 48 rows do; Q3_K: one slice of 768 on any split.
+    driver_case(DType::Q5_0, 800, 600, 14, [1, 1], [1, 1], &mut rng);
+    driver_case(DType::Q3K, 768, 40, 9, [1, 1], [1, 1], &mut rng);
     // k = 0: the output is zeros.
     driver_case(DType::F32, 0, 6, 5, [1, 1], [1, 1], &mut rng);
 }
