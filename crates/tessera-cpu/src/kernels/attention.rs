@@ -77,13 +77,12 @@ pub const GROUP_ROWS: usize = 8;
 
 /// Can the CPU run flash attention with these operands (mask optional)?
 pub fn flash_attn_supported(q: &Layout, k: &Layout, v: &Layout, mask: Option<&Layout>) -> bool {
-    check(q, k, v, mask).is_ok() && per_thread(q, v).is_some()
+    check(q, k, v, mask).is_ok() && per_thread(q, k, v).is_some()
 }
 
 /// Scratch bytes a FLASH_ATTN_EXT node needs on `nth` threads.
 pub fn flash_attn_scratch_size(q: &Layout, k: &Layout, v: &Layout, nth: usize) -> usize {
-    let _ = k;
-    per_thread(q, v)
+    per_thread(q, k, v)
         .and_then(|p| p.checked_mul(nth.max(1)))
         .and_then(|b| b.checked_add(COUNTER_BYTES))
         .unwrap_or(usize::MAX)
@@ -114,9 +113,24 @@ fn parts(q: &Layout, v: &Layout) -> Option<(usize, usize, usize)> {
     ))
 }
 
-/// Bytes of one thread's scratch: enough for either form.
-fn per_thread(q: &Layout, v: &Layout) -> Option<usize> {
-    Some(parts(q, v)?.2.max(gemm_bytes(q.ne[0], v.ne[0])?))
+/// Bytes of one thread's scratch in the form the node runs in (the GEMM
+/// form's buffers are larger: decoding graphs do not reserve them).
+fn per_thread(q: &Layout, k: &Layout, v: &Layout) -> Option<usize> {
+    let rows = parts(q, v)?.2;
+    if gemm_form(q, k, v) {
+        Some(rows.max(gemm_bytes(q.ne[0], v.ne[0])?))
+    } else {
+        Some(rows)
+    }
+}
+
+/// Does the node run in the GEMM form: an F16 or F32 cache and at least
+/// [`GEMM_MIN_ROWS`] rows (queries times the query heads of a KV head)
+/// sharing each KV head?
+fn gemm_form(q: &Layout, k: &Layout, v: &Layout) -> bool {
+    let f_or_h = |t: DType| matches!(t, DType::F16 | DType::F32);
+    let shared = q.ne[1].saturating_mul(q.ne[2] / k.ne[2].max(1));
+    shared >= GEMM_MIN_ROWS && f_or_h(k.dtype) && f_or_h(v.dtype)
 }
 
 /// The operand checks shared by [`flash_attn_supported`] and the kernel.
@@ -210,8 +224,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     // GEMM form (prompts with an F16 or F32 cache).
     let n_kv_head = k.ne(2);
     let shared = n_q * (n_head / n_kv_head);
-    let f_or_h = |t: DType| matches!(t, DType::F16 | DType::F32);
-    let gemm = shared >= GEMM_MIN_ROWS && f_or_h(k.layout.dtype) && f_or_h(v.layout.dtype);
+    let gemm = gemm_form(&q.layout, &k.layout, &v.layout);
     let group_rows = if gemm { GEMM_ROWS } else { GROUP_ROWS };
     let per_head = shared.div_ceil(group_rows);
     let n_groups = ne3 * n_kv_head * per_head;
@@ -231,7 +244,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
     // This thread's scratch: [queries | accumulators | scores], GROUP_ROWS each.
     let (q_bytes, a_bytes, _) = parts(&q.layout, &v.layout)
         .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
-    let per = per_thread(&q.layout, &v.layout)
+    let per = per_thread(&q.layout, &k.layout, &v.layout)
         .ok_or_else(|| Error::Overflow("FLASH_ATTN_EXT scratch".into()))?;
     // Checked for every thread at once, so that either every thread goes
     // on to the barrier or none does.
