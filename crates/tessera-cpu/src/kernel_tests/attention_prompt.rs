@@ -152,3 +152,24 @@ fn prompt_groups_skip_keys_hidden_from_every_query() {
         assert!(row.iter().all(|&x| x == 0.0), "{what}: hidden query");
     }
 }
+
+#[test]
+fn prompt_groups_with_empty_keys_weigh_by_the_mask_alone() {
+    let pool = ThreadPool::new(3).unwrap();
+    let mut rng = Rng(24);
+    // dk = 0: every dot product is 0, the weights come from the mask.
+    let (dv, n_q, n_kv, n_head) = (16, 40, 70, 4);
+    let mut q = Tensor::contiguous(DType::F32, [0, n_q, n_head, 1], || rng.f32());
+    let mut k = Tensor::contiguous(DType::F16, [0, n_kv, 1, 1], || rng.f32());
+    let mut v = Tensor::contiguous(DType::F16, [dv, n_kv, 1, 1], || rng.f32());
+    let mut m = mask(n_kv, n_q, 1, None, 2.0, &mut rng);
+    check(
+        &pool,
+        "dk 0",
+        &mut q,
+        &mut k,
+        &mut v,
+        Some(&mut m),
+        params(1),
+    );
+}

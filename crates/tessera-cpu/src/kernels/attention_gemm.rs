@@ -332,6 +332,13 @@ impl Group {
         let dk = self.k.ne(0);
         let (mr, nr, kernel) = (ks.mr, ks.nr[0], ks.kernel[0]);
         let nk = ends.iter().copied().max().unwrap_or(0);
+        if dk == 0 {
+            // Empty dot products: every score is 0.
+            for sc in b.scores.chunks_exact_mut(KV_BLOCK).take(ng) {
+                sc[..nk].fill(0.0);
+            }
+            return Ok(());
+        }
         let kpanels = nk.div_ceil(mr);
         let pack_bufs = PackBufs {
             tmp: b.tmp.as_mut_ptr(),
