@@ -411,10 +411,11 @@ impl Group {
         let f16 = self.v.layout.dtype == DType::F16;
         let avx2 = self.isa.has_avx2();
         for (l, &d) in dead.iter().enumerate().take(nk) {
-            // SAFETY: key c0 + l < n_kv, (ik2, ik3) in v's range; the row
-            // holds dv contiguous values.
-            let src =
-                unsafe { std::slice::from_raw_parts(self.v.row(c0 + l, ik2, ik3), row_bytes) };
+            let src = {
+                // SAFETY: key c0 + l < n_kv, (ik2, ik3) in v's range; the
+                // row holds dv contiguous values.
+                unsafe { std::slice::from_raw_parts(self.v.row(c0 + l, ik2, ik3), row_bytes) }
+            };
             for ip in 0..nvp {
                 let out = &mut b.vp[(ip * KV_BLOCK + l) * mr..][..mr];
                 let n = mr.min(dv - ip * mr);
