@@ -23,9 +23,10 @@
 //! accumulators, as ggml does). The computation of one group
 //! lives in [`super::attention_group`].
 //!
-//! Prompts (at least [`GEMM_MIN_ROWS`] rows per KV head) with an F16 or F32
-//! cache take the GEMM form instead ([`super::attention_gemm`]): groups of
-//! up to [`GEMM_ROWS`] rows, scores and outputs as small matrix products on
+//! Prompts with an F16 or F32 cache take the GEMM form instead
+//! ([`super::attention_gemm`]) where their groups hold at least
+//! [`GEMM_MIN_ROWS`] rows with two groups a thread: groups of up to
+//! [`GEMM_ROWS`] rows, scores and outputs as small matrix products on
 //! the GEMM's f32 micro-kernels, the same softmax step. Groups are handed
 //! out last queries first. With 64-value heads (a 1B Llama's prompt) this
 //! form runs the attention 1.3-1.5x as fast; with 256-value heads (Gemma
@@ -124,9 +125,9 @@ fn per_thread(q: &Layout, k: &Layout, v: &Layout) -> Option<usize> {
     }
 }
 
-/// Does the node run in the GEMM form: an F16 or F32 cache and at least
+/// May the node run in the GEMM form: an F16 or F32 cache and at least
 /// [`GEMM_MIN_ROWS`] rows (queries times the query heads of a KV head)
-/// sharing each KV head?
+/// sharing each KV head? (Its groups per thread decide at run time.)
 fn gemm_form(q: &Layout, k: &Layout, v: &Layout) -> bool {
     let f_or_h = |t: DType| matches!(t, DType::F16 | DType::F32);
     let shared = q.ne[1].saturating_mul(q.ne[2] / k.ne[2].max(1));
@@ -220,16 +221,25 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
         ));
     }
     // Groups: per batch entry and KV head, the n_q * (heads per KV head)
-    // rows sharing that K/V, GROUP_ROWS at a time, or GEMM_ROWS in the
-    // GEMM form (prompts with an F16 or F32 cache).
+    // rows sharing that K/V, GROUP_ROWS at a time, or up to GEMM_ROWS in
+    // the GEMM form (prompts with an F16 or F32 cache). The GEMM form's
+    // groups are cut so that every thread gets two (a few queries after a
+    // long context on one KV head would otherwise be one group, one
+    // thread's work); where that leaves groups of fewer than GEMM_MIN_ROWS
+    // rows, the dot-product form runs instead.
+    let nth = ctx.nth.max(1);
     let n_kv_head = k.ne(2);
     let shared = n_q * (n_head / n_kv_head);
-    let gemm = gemm_form(&q.layout, &k.layout, &v.layout);
-    let group_rows = if gemm { GEMM_ROWS } else { GROUP_ROWS };
+    let per_gemm_head = (2 * nth).div_ceil(n_kv_head * ne3).max(1);
+    let gemm_rows = shared
+        .div_ceil(per_gemm_head)
+        .next_multiple_of(4)
+        .min(GEMM_ROWS);
+    let gemm = gemm_form(&q.layout, &k.layout, &v.layout) && gemm_rows >= GEMM_MIN_ROWS;
+    let group_rows = if gemm { gemm_rows } else { GROUP_ROWS };
     let per_head = shared.div_ceil(group_rows);
     let n_groups = ne3 * n_kv_head * per_head;
     // More groups than threads: handed out by the counter (one barrier).
-    let nth = ctx.nth.max(1);
     let dynamic = n_groups > nth && dv > 0;
     if !dynamic && (ctx.ith >= n_groups || dv == 0) {
         return Ok(());
@@ -333,7 +343,7 @@ pub fn flash_attn_ext(ctx: &NodeCtx) -> Result<()> {
                 // most keys, and the groups handed out last are then the
                 // short ones.
                 let part = per_head - 1 - part;
-                let rows = part * GEMM_ROWS..(part * GEMM_ROWS + GEMM_ROWS).min(shared);
+                let rows = part * group_rows..(part * group_rows + group_rows).min(shared);
                 group.compute_gemm(ks, iq3, ik2, rows, b)
             }
         }

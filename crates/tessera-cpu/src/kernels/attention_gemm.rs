@@ -33,9 +33,9 @@ use super::gemm_pack::{Kernels, MR_MAX, PackBufs, PanelSrc, Tile, pack_a, pack_b
 /// Most (query, head) rows computed together in the GEMM form.
 pub const GEMM_ROWS: usize = 64;
 
-/// The GEMM form is used when at least this many rows share a KV head (a
-/// prompt); fewer (decoding: the query heads of one KV head) stay on the
-/// dot-product form.
+/// Fewest rows in a group of the GEMM form: nodes whose groups would be
+/// smaller (decoding: the query heads of one KV head; a few queries cut
+/// into a group per thread) run the dot-product form.
 pub const GEMM_MIN_ROWS: usize = 32;
 
 /// Keys per block of the online softmax in the GEMM form (the dot-product
