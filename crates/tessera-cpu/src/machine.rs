@@ -64,7 +64,20 @@ impl Machine {
     pub fn detect() -> Machine {
         let (vendor, leaf1) = cpuid_vendor_and_signature();
         let avx512 = crate::isa::Isa::Avx512.available();
-        Machine::from_signature(&vendor, leaf1, avx512)
+        Machine::from_signature(&vendor, leaf1, avx512).with_amx(cpuid_amx_tile())
+    }
+
+    /// Corrects the name where the model number contradicts the features:
+    /// hypervisors often report a client model (e.g. Rocket Lake, 0xA7)
+    /// for a server core, and only Intel's server cores (Sapphire Rapids
+    /// onwards) have AMX tiles. Such a machine is named "server core with
+    /// AMX (model as reported)" instead of the client part it is not.
+    pub fn with_amx(mut self, amx_tile: bool) -> Machine {
+        let server_amx = ["Sapphire Rapids", "Emerald Rapids", "Granite Rapids"];
+        if amx_tile && self.vendor == Vendor::Intel && !server_amx.contains(&self.microarch) {
+            self.microarch = "server core with AMX (model as reported)";
+        }
+        self
     }
 
     /// The machine CPUID leaf 0's vendor string and leaf 1's EAX describe
@@ -203,6 +216,25 @@ fn cpuid_vendor_and_signature() -> (String, u32) {
     (String::new(), 0)
 }
 
+/// Whether CPUID reports AMX tiles (leaf 7, sub-leaf 0, EDX bit 24). Only
+/// names the machine: Tessera runs no AMX code.
+#[cfg(target_arch = "x86_64")]
+fn cpuid_amx_tile() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 gives the highest
+    // leaf, and leaf 7 is read only when it is within it. Both only read
+    // identification registers.
+    #[allow(unused_unsafe)]
+    unsafe {
+        __cpuid(0).eax >= 7 && (__cpuid_count(7, 0).edx >> 24) & 1 == 1
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpuid_amx_tile() -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +281,19 @@ mod tests {
             (sky.microarch, sky.width512),
             ("Skylake (client)", Width512::None)
         );
+        // A hypervisor reporting a client model (Rocket Lake, 0xA7) for a
+        // core with AMX tiles: named as a server core, key unchanged.
+        let vm = Machine::from_signature("GenuineIntel", eax(6, 0xA7, 1), true);
+        assert_eq!(vm.microarch, "Rocket Lake");
+        let key = vm.key();
+        let vm = vm.with_amx(true);
+        assert_eq!(vm.microarch, "server core with AMX (model as reported)");
+        assert_eq!(vm.key(), key);
+        assert!(vm.describe().starts_with("Intel server core with AMX"));
+        // Real AMX parts keep their names; AMD is never relabelled.
+        assert_eq!(e.clone().with_amx(true).microarch, "Emerald Rapids");
+        let zen = Machine::from_signature("AuthenticAMD", eax(0x19, 0x11, 1), true);
+        assert_eq!(zen.with_amx(true).microarch, "Zen 4");
         // Unknown models and vendors say so; their keys stay file-name safe.
         let u = Machine::from_signature("Weird Vendor/1", eax(6, 0x01, 0), false);
         assert_eq!(u.microarch, "unknown");
