@@ -40,11 +40,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tessera::{AbortCallback, Error, Graph, MAX_SRC, Op, Placement, Result, TensorId};
 
 mod profile;
+mod tables;
 pub use profile::OpTime;
 use profile::{Profiler, Stopwatch};
+use tables::{TablePlanner, TableUse};
 
 use crate::isa::Isa;
-use crate::kernels::{self, KernelFn, NodeCtx, Scratch, TensorRef};
+use crate::kernels::{self, KernelFn, NodeCtx, Scratch, SharedTable, TensorRef};
 use crate::pool::{Barrier, MAX_THREADS, ThreadPool, WorkerCtx};
 use crate::repack::Packing;
 use crate::resolve::{Cache, PlanCache, SaneCache, check_overlap, check_writable, tensor_id};
@@ -70,6 +72,11 @@ struct PlanNode {
     /// between two solo nodes (thread 0 runs those back to back) and after
     /// the last node (the pool's join synchronises).
     barrier_after: bool,
+    /// The table this node shares with others ([`tables`]), if any.
+    table: Option<TableUse>,
+    /// Where the node's own scratch starts in the compute's scratch (after
+    /// the shared tables).
+    scratch_off: usize,
 }
 
 /// Nodes that touch at most this many bytes are computed by thread 0 alone,
@@ -410,6 +417,9 @@ impl Executor {
             generation: self.generation,
         };
         let mut scratch = 0usize;
+        let mut tables = TablePlanner::default();
+        // The table group of each planned node (plan-time only).
+        let mut groups: Vec<Option<usize>> = Vec::new();
         for idx in range {
             let Some(node) = graph.nodes().get(idx) else {
                 break;
@@ -430,9 +440,11 @@ impl Executor {
             let mut layouts = [None; MAX_SRC];
             let mut src_bytes = [0usize; MAX_SRC];
             let mut weights_packing = Packing::Standard;
+            let mut resolved = [None; MAX_SRC];
             for (i, s) in node.srcs.iter().enumerate() {
                 let Some(s) = s else { continue };
                 let (r, r_bytes) = cache.resolve(graph, placement, *s)?;
+                resolved[i] = Some((r, r_bytes));
                 if r.packing != Packing::Standard {
                     if !matches!(node.op, Op::MulMat) || i != 0 {
                         return Err(repacked_operand(graph, id, &format!("operand {i}")));
@@ -448,6 +460,17 @@ impl Executor {
             let solo = nth > 1
                 && work_bytes(&node.op, dst_bytes, &src_bytes).is_some_and(|b| b <= SOLO_MAX_BYTES);
             check_writable(graph, placement, id)?;
+            let group = match (&node.op, resolved[1]) {
+                (Op::Rope(_), Some((pos, pos_bytes))) => tables.rope(
+                    &node.op,
+                    &dst,
+                    (&pos, pos_bytes),
+                    resolved[2].as_ref().map(|(f, b)| (f, *b)),
+                ),
+                _ => None,
+            };
+            tables.written(&dst, dst_bytes);
+            groups.push(group);
             scratch = scratch.max(kernels::scratch_size(
                 &node.op,
                 &dst.layout,
@@ -465,7 +488,23 @@ impl Executor {
                 index: idx,
                 solo,
                 barrier_after: true,
+                table: None,
+                scratch_off: 0,
             });
+        }
+        // Tables first, then the nodes' own scratch; the first node of a
+        // group fills its table.
+        let (offsets, table_bytes) = tables.layout();
+        let mut filled = vec![false; offsets.len()];
+        for (p, g) in self.plan.iter_mut().zip(groups) {
+            p.scratch_off = table_bytes;
+            if let Some(g) = g {
+                let first = filled.get(g).is_some_and(|f| !f);
+                p.table = tables.table_use(&offsets, g, first);
+                if let Some(f) = filled.get_mut(g) {
+                    *f = true;
+                }
+            }
         }
         // Barriers: between two solo nodes none is needed (thread 0 runs
         // both, in order); after the last node the pool's join synchronises.
@@ -479,7 +518,7 @@ impl Executor {
                 };
             }
         }
-        Ok(scratch)
+        Ok(table_bytes.saturating_add(scratch))
     }
 
     /// The scratch, grown to at least `bytes`.
@@ -589,13 +628,25 @@ fn run_node(
     } else {
         (w.ith, w.nth, w.barrier)
     };
+    // The planned scratch is the tables' bytes and then the largest
+    // node's, so the node's part and its table lie inside the allocation.
+    let own = Scratch {
+        ptr: scratch.ptr.wrapping_add(node.scratch_off),
+        len: scratch.len.saturating_sub(node.scratch_off),
+    };
+    let table = node.table.map(|t| SharedTable {
+        ptr: scratch.ptr.wrapping_add(t.offset),
+        len: t.len,
+        fill: t.fill,
+    });
     let ctx = NodeCtx {
         op: node.op,
         dst: node.dst,
         src,
         ith,
         nth,
-        scratch,
+        scratch: own,
+        table,
         barrier,
         isa,
     };

@@ -167,3 +167,112 @@ fn rope_yarn_scaling() {
         check(DType::F32, p, false, false);
     }
 }
+
+/// One ROPE node alone in its graph (no other node to share an angle
+/// table with): the per-node computation the shared tables must equal.
+fn rope_alone(
+    t: DType,
+    ne: [usize; 4],
+    x: &[f64],
+    pos: &[f64],
+    ff: Option<&[f64]>,
+    p: RopeParams,
+    threads: usize,
+) -> Vec<f64> {
+    let mut g = Graph::new();
+    let a = g.new_tensor(t, &ne).unwrap();
+    let pt = g.new_tensor(DType::I32, &[ne[2]]).unwrap();
+    let f = ff.map(|v| g.new_tensor(DType::F32, &[v.len()]).unwrap());
+    let out = g.rope(a, pt, f, p).unwrap();
+    let r = place(g);
+    r.set(a, x);
+    r.set(pt, pos);
+    if let (Some(f), Some(v)) = (f, ff) {
+        r.set(f, v);
+    }
+    r.compute(threads).unwrap();
+    r.get(out)
+}
+
+/// Several ROPE nodes of one compute with the same positions and
+/// parameters share one angle table (the executor's `tables`): each
+/// node's result must be bit for bit what it computes alone. Covered: two
+/// nodes of one group (F32 and F16 rows), a node with other parameters
+/// between them, a group with frequency factors (which must not join the
+/// group without), and positions rewritten by a CPY between ROPE nodes
+/// (the nodes after it must see the new positions, not the table of the
+/// old ones). Rows are large enough that 2 and 3 threads split the filling.
+#[test]
+fn shared_angle_tables_give_each_nodes_own_results() {
+    const N: usize = 96;
+    let ne = |heads: usize| [64, heads, N, 1];
+    let p = RopeParams::new(48, RopeMode::Neox, 10_000.0);
+    let mut q = RopeParams::new(64, RopeMode::Normal, 1_000_000.0);
+    q.freq_scale = 0.5;
+    let mut rng = Rng::new(77);
+    let positions: Vec<f64> = (0..N).map(|_| rng.below(3000) as f64 - 20.0).collect();
+    let later: Vec<f64> = (0..N).map(|_| rng.below(500) as f64).collect();
+    let factors = rng.vec(32, 1.0, 3.0);
+
+    let mut g = Graph::new();
+    let pos = g.new_tensor(DType::I32, &[N]).unwrap();
+    let newpos = g.new_tensor(DType::I32, &[N]).unwrap();
+    let ff = g.new_tensor(DType::F32, &[32]).unwrap();
+    // (input, dtype, heads, params, factors, positions it sees)
+    let plan: [(DType, usize, RopeParams, bool, bool); 7] = [
+        (DType::F32, 4, p, false, false),
+        (DType::F16, 2, p, false, false),
+        (DType::F32, 1, q, false, false),
+        (DType::F32, 3, p, true, false),
+        (DType::F32, 2, p, true, false),
+        (DType::F32, 4, p, false, true),
+        (DType::F16, 1, p, false, true),
+    ];
+    let mut nodes = Vec::new();
+    let mut pos_now = pos;
+    for (k, &(t, heads, params, with_ff, after)) in plan.iter().enumerate() {
+        if after && pos_now == pos {
+            // Overwrite the positions in place (CPY's result is a view of
+            // its destination), then rotate with the view.
+            pos_now = g.cpy(newpos, pos).unwrap();
+        }
+        let x = g.new_tensor(t, &ne(heads)).unwrap();
+        let out = g.rope(x, pos_now, with_ff.then_some(ff), params).unwrap();
+        nodes.push((k, x, out));
+    }
+    let r = place(g);
+    let inputs: Vec<Vec<f64>> = plan
+        .iter()
+        .map(|&(_, heads, ..)| rng.vec(64 * heads * N, -1.0, 1.0))
+        .collect();
+    for threads in [1, 2, 3] {
+        r.set(pos, &positions);
+        r.set(newpos, &later);
+        r.set(ff, &factors);
+        for &(k, x, _) in &nodes {
+            r.set(x, &inputs[k]);
+        }
+        r.compute(threads).unwrap();
+        for &(k, x, out) in &nodes {
+            let (t, heads, params, with_ff, after) = plan[k];
+            let seen = if after { &later } else { &positions };
+            let want = rope_alone(
+                t,
+                ne(heads),
+                &r.get(x),
+                seen,
+                with_ff.then_some(factors.as_slice()),
+                params,
+                threads,
+            );
+            let got = r.get(out);
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits(),
+                    "node {k}, {threads} threads, value {i}: {g} shared, {w} alone"
+                );
+            }
+        }
+    }
+}

@@ -141,3 +141,68 @@ fn solo_and_parallel_nodes_run_once_per_thread_and_stop_together() {
         }
     }
 }
+
+/// The planner's ROPE groups: nodes with the same op, positions and
+/// factors share a table whose first node fills it; a node with other
+/// parameters alone gets none; a CPY into the positions ends the group, so
+/// the next node with the same key fills a table again. Tables are
+/// 64-byte aligned, disjoint, and lie before every node's own scratch.
+#[test]
+fn rope_nodes_with_the_same_positions_share_a_table() {
+    use tessera::{RopeMode, RopeParams};
+    let p = RopeParams::new(32, RopeMode::Neox, 10_000.0);
+    let q = RopeParams::new(32, RopeMode::Neox, 500.0);
+    let mut g = Graph::new();
+    let pos = g.new_tensor(DType::I32, &[8]).unwrap();
+    let newpos = g.new_tensor(DType::I32, &[8]).unwrap();
+    let rope = |g: &mut Graph, pos, params| {
+        let x = g.new_tensor(DType::F32, &[32, 2, 8]).unwrap();
+        g.rope(x, pos, None, params).unwrap()
+    };
+    rope(&mut g, pos, p);
+    rope(&mut g, pos, p);
+    rope(&mut g, pos, q);
+    let pos2 = g.cpy(newpos, pos).unwrap();
+    rope(&mut g, pos2, p);
+    rope(&mut g, pos2, p);
+    rope(&mut g, pos2, p);
+    let buffer = crate::device()
+        .buffer_type()
+        .alloc_buffer(4096 * g.len())
+        .unwrap();
+    let mut placement = Placement::new(&g);
+    for id in g.ids() {
+        if !g.node(id).unwrap().is_view() {
+            let place = Place {
+                buffer: Arc::clone(&buffer),
+                offset: 4096 * id.index(),
+            };
+            placement.set(&g, id, place).unwrap();
+        }
+    }
+    placement.place_views(&g).unwrap();
+    let mut ex = Executor::new(2).unwrap();
+    ex.generation += 1;
+    let bytes = ex
+        .plan_nodes(&g, &placement, 0..g.len(), 2, Isa::best())
+        .unwrap();
+    let uses: Vec<Option<(usize, bool)>> = ex
+        .plan
+        .iter()
+        .map(|n| n.table.map(|t| (t.offset, t.fill)))
+        .collect();
+    // 8 positions x 32 dimensions x 4 bytes = 1 KiB a table.
+    let want = vec![
+        Some((0, true)),
+        Some((0, false)),
+        None,
+        None, // the CPY
+        Some((1024, true)),
+        Some((1024, false)),
+        Some((1024, false)),
+    ];
+    assert_eq!(uses, want);
+    assert!(ex.plan.iter().all(|n| n.scratch_off == 2048));
+    assert!(bytes >= 2048, "{bytes}");
+    assert!(ex.plan.iter().flat_map(|n| n.table).all(|t| t.len == 1024));
+}

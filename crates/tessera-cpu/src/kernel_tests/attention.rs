@@ -239,6 +239,7 @@ fn run_short(
             ith: w.ith,
             nth: w.nth,
             scratch,
+            table: None,
             barrier: w.barrier,
             isa,
         };

@@ -225,6 +225,7 @@ fn run(
             ith: w.ith,
             nth: w.nth,
             scratch,
+            table: None,
             barrier: w.barrier,
             isa,
         };

@@ -439,6 +439,7 @@ fn run_case(
                 ith: w.ith,
                 nth: w.nth,
                 scratch,
+                table: None,
                 barrier: w.barrier,
                 isa,
             };

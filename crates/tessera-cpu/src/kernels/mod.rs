@@ -103,6 +103,33 @@ unsafe impl Send for Scratch {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Scratch {}
 
+/// Memory one node shares with later nodes of the same compute: a ROPE
+/// angle table, computed by the first node of a group (`fill`) and read by
+/// the others (see `exec::tables`).
+///
+/// What the executor guarantees: `ptr` is 64-byte aligned and valid for
+/// `len` bytes for the whole compute; no node's [`Scratch`] and no tensor
+/// overlaps it; every node given the same table has the same op and
+/// reads the same positions and factors, unchanged since the filling node
+/// ran; and a barrier separates the filling node from every reader. Inside
+/// the filling node, threads must write disjoint parts and meet at the
+/// node's barrier before reading.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedTable {
+    /// First byte, aligned to 64.
+    pub ptr: *mut u8,
+    /// Bytes of the table.
+    pub len: usize,
+    /// This node computes the table; the others only read it.
+    pub fill: bool,
+}
+
+// SAFETY: as for Scratch: threads write disjoint parts, ordered by barriers
+// before anyone reads.
+unsafe impl Send for SharedTable {}
+// SAFETY: see `Send`.
+unsafe impl Sync for SharedTable {}
+
 /// Everything a kernel needs for one node on one thread.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeCtx<'a> {
@@ -118,6 +145,9 @@ pub struct NodeCtx<'a> {
     pub nth: usize,
     /// Shared scratch of `scratch_size` bytes.
     pub scratch: Scratch,
+    /// A table this node shares with other nodes of the compute (ROPE's
+    /// angles; see [`SharedTable`]), planned by the executor.
+    pub table: Option<SharedTable>,
     /// Barrier of the `nth` threads.
     pub barrier: &'a Barrier,
     /// Instruction set to use.

@@ -30,13 +30,18 @@
 //! loop) reads it with plain loads. The next position's cache is filled a
 //! few pairs after each row of the current one, so the cos/sin overlap the
 //! rotations' memory traffic.
+//!
+//! Where the executor found several ROPE nodes of one compute with the same
+//! positions and parameters (`exec::tables`), they share one table of every
+//! position's cos/sin instead: the first node fills it, the others only
+//! rotate ([`run_table`]).
 
 use half::f16;
 use tessera::{DType, Error, Op, Result, RopeMode, RopeParams};
 
 use super::elem::{Float, rows};
 use super::simd::Simd;
-use super::{NodeCtx, TensorRef};
+use super::{NodeCtx, SharedTable, TensorRef};
 
 /// Compute this thread's share of a ROPE node.
 pub fn rope(ctx: &NodeCtx) -> Result<()> {
@@ -261,16 +266,6 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
     if x.nb(0) != size || d.nb(0) != size {
         return Err(Error::op("ROPE", "rows must have contiguous elements"));
     }
-    let range = ctx.split(ne[1] * ne[2] * ne[3]);
-    if range.is_empty() {
-        return Ok(());
-    }
-    // Two caches: the current position's, and the next one's, filled a few
-    // pairs after each row so that the (compute-bound) cos/sin overlap the
-    // (memory-bound) rotations.
-    let base = ctx.thread_scratch_f32(2 * nd)?;
-    // SAFETY: the thread's scratch holds `2 n_dims` f32.
-    let mut caches = [base, unsafe { base.add(nd) }];
     let a = Angles {
         p,
         corr: yarn_corr_dims(
@@ -287,6 +282,19 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
         ne2: ne[2],
     };
     let simd = Simd::new(ctx.isa);
+    if let Some(t) = ctx.table {
+        return run_table::<T>(ctx, x, pos, &a, t, simd);
+    }
+    let range = ctx.split(ne[1] * ne[2] * ne[3]);
+    if range.is_empty() {
+        return Ok(());
+    }
+    // Two caches: the current position's, and the next one's, filled a few
+    // pairs after each row so that the (compute-bound) cos/sin overlap the
+    // (memory-bound) rotations.
+    let base = ctx.thread_scratch_f32(2 * nd)?;
+    // SAFETY: the thread's scratch holds `2 n_dims` f32.
+    let mut caches = [base, unsafe { base.add(nd) }];
     let chunk = h.div_ceil(ne[1].max(1)).max(1);
     let mut cur = usize::MAX;
     let mut next: Option<Fill> = None;
@@ -309,17 +317,9 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
             let following = (i2 + 1) % ne[2];
             next = (after > 0 && following != i2).then(|| Fill::start(pos, following, &a));
         }
-        // SAFETY: in-range rows; contiguous aligned elements of `T`.
-        let (src, dst) = unsafe { (x.row(i1, i2, i3) as *const T, d.row(i1, i2, i3) as *mut T) };
-        // SAFETY: rows of `ne0 >= n_dims` contiguous elements, a cache of
-        // `n_dims` f32 in the layout of the mode; `dst` equals `src` (in
-        // place) or does not overlap it (executor contract).
-        unsafe { rotate::<T>(simd, a.neox, dst, src, caches[0], nd) };
-        if !std::ptr::eq(src, dst) && ne[0] > nd {
-            // SAFETY: elements `nd..ne0` of both rows; distinct rows do not
-            // overlap (executor contract).
-            unsafe { std::ptr::copy_nonoverlapping(src.add(nd), dst.add(nd), ne[0] - nd) };
-        }
+        // SAFETY: an in-range row; the current cache holds `n_dims` f32 of
+        // position `i2` in the layout of the mode.
+        unsafe { rotate_row::<T>(simd, a.neox, x, d, (i1, i2, i3), caches[0], nd) };
         if let Some(f) = &mut next {
             // SAFETY: the spare cache holds `2h` f32.
             unsafe { f.step(caches[1], chunk, &a) };
@@ -327,6 +327,84 @@ fn run<T: Float>(ctx: &NodeCtx, x: &TensorRef, pos: &TensorRef, p: &RopeParams) 
         left -= 1;
     }
     Ok(())
+}
+
+/// ROPE with the compute's shared angle table (`exec::tables`): the
+/// group's first node fills the slots of all `ne2` positions (each thread a
+/// share, then the node's barrier), every node of the group rotates its
+/// rows from them. Slot `i2` holds `n_dims` f32 laid out as `run`'s caches,
+/// computed by the same [`Fill`] steps, so the results are bit for bit
+/// those of the per-thread caches.
+fn run_table<T: Float>(
+    ctx: &NodeCtx,
+    x: &TensorRef,
+    pos: &TensorRef,
+    a: &Angles,
+    t: SharedTable,
+    simd: Simd,
+) -> Result<()> {
+    let d = &ctx.dst;
+    let ne = d.layout.ne;
+    let nd = 2 * a.h;
+    // The same answer on every thread, so either all reach the barrier
+    // below or none does.
+    let need = ne[2].checked_mul(nd).and_then(|n| n.checked_mul(4));
+    if need.is_none_or(|n| n > t.len) || !(t.ptr as usize).is_multiple_of(4) {
+        return Err(Error::device(
+            "CPU",
+            format!(
+                "ROPE: a shared angle table of {} bytes is too small for {} positions of {nd} dimensions",
+                t.len, ne[2]
+            ),
+        ));
+    }
+    let table = t.ptr.cast::<f32>();
+    if t.fill {
+        for i2 in ctx.split(ne[2]) {
+            let mut f = Fill::start(pos, i2, a);
+            // SAFETY: slot `i2 < ne2` of `nd` f32 lies inside the table
+            // (`need <= len`, checked above); the threads' position ranges
+            // are disjoint, and nobody reads the table before the barrier.
+            unsafe { f.step(table.add(i2 * nd), a.h, a) };
+        }
+        ctx.barrier.wait();
+    }
+    for (i1, i2, i3) in rows(ctx.split(ne[1] * ne[2] * ne[3]), &ne) {
+        // SAFETY: an in-range row; slot `i2` holds position `i2`'s `nd`
+        // f32, written before the barrier of this node (fill) or of an
+        // earlier one (the executor's contract for shared tables).
+        unsafe { rotate_row::<T>(simd, a.neox, x, d, (i1, i2, i3), table.add(i2 * nd), nd) };
+    }
+    Ok(())
+}
+
+/// Rotate row `(i1, i2, i3)` of `x` into `d` with the cos/sin at `cache`,
+/// and copy its dimensions past `nd` through.
+///
+/// # Safety
+/// The row index is in range for both tensors (equal layouts, contiguous
+/// aligned elements of `T`, `ne0 >= nd`); `cache` holds `nd` f32 in the
+/// layout of the mode; `d`'s row equals `x`'s (in place) or does not
+/// overlap it (executor contract).
+unsafe fn rotate_row<T: Float>(
+    simd: Simd,
+    neox: bool,
+    x: &TensorRef,
+    d: &TensorRef,
+    (i1, i2, i3): (usize, usize, usize),
+    cache: *const f32,
+    nd: usize,
+) {
+    let ne0 = d.layout.ne[0];
+    // SAFETY: in-range row (the caller's).
+    let (src, dst) = unsafe { (x.row(i1, i2, i3) as *const T, d.row(i1, i2, i3) as *mut T) };
+    // SAFETY: forwarded to the caller.
+    unsafe { rotate::<T>(simd, neox, dst, src, cache, nd) };
+    if !std::ptr::eq(src, dst) && ne0 > nd {
+        // SAFETY: elements `nd..ne0` of both rows; distinct rows do not
+        // overlap (executor contract).
+        unsafe { std::ptr::copy_nonoverlapping(src.add(nd), dst.add(nd), ne0 - nd) };
+    }
 }
 
 /// Rotate the first `nd` elements of one row with the cached cos/sin.
