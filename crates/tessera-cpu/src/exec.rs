@@ -16,7 +16,10 @@
 //!    checks live in [`crate::resolve`]). Each node becomes a [`PlanNode`]
 //!    (kernel pointer, op, resolved pointers) in a vector reused across
 //!    computes; the scratch the nodes need is grown (64-byte aligned) and
-//!    kept. Nothing here allocates per node once the vectors have grown.
+//!    kept. ROPE nodes that rotate with the same positions and parameters
+//!    are grouped to share one angle table (see [`tables`]), which the
+//!    scratch holds before the nodes' own part. Nothing here allocates per
+//!    node once the vectors have grown.
 //!    The plan is remembered with what it was built from
 //!    ([`crate::resolve::PlanCache`]): computing the same graph range on the
 //!    same placement again (the common case: one graph per model step,
