@@ -181,7 +181,7 @@ fn rope_alone(
 ) -> Vec<f64> {
     let mut g = Graph::new();
     let a = g.new_tensor(t, &ne).unwrap();
-    let pt = g.new_tensor(DType::I32, &[ne[2]]).unwrap();
+    let pt = g.new_tensor(DType::I32, &[pos.len()]).unwrap();
     let f = ff.map(|v| g.new_tensor(DType::F32, &[v.len()]).unwrap());
     let out = g.rope(a, pt, f, p).unwrap();
     let r = place(g);
@@ -273,6 +273,54 @@ fn shared_angle_tables_give_each_nodes_own_results() {
                     "node {k}, {threads} threads, value {i}: {g} shared, {w} alone"
                 );
             }
+        }
+    }
+}
+
+/// The multi-section modes share tables too (four position streams a
+/// token): two M-RoPE and two vision nodes over the same positions, each
+/// bit for bit what it computes alone.
+#[test]
+fn shared_angle_tables_of_the_multi_section_modes() {
+    const N: usize = 40;
+    let mut rng = Rng::new(78);
+    let positions: Vec<f64> = (0..4 * N).map(|_| rng.below(200) as f64).collect();
+    let mut m = RopeParams::new(32, RopeMode::Mrope, 10_000.0);
+    m.sections = [4, 6, 6, 0];
+    let mut v = RopeParams::new(16, RopeMode::Vision, 10_000.0);
+    v.sections = [4, 4, 0, 0];
+    let shapes = [
+        ([48, 3, N, 1], m),
+        ([48, 1, N, 1], m),
+        ([32, 2, N, 1], v),
+        ([32, 2, N, 1], v),
+    ];
+    let mut g = Graph::new();
+    let pos = g.new_tensor(DType::I32, &[4 * N]).unwrap();
+    let nodes: Vec<_> = shapes
+        .iter()
+        .map(|&(ne, p)| {
+            let x = g.new_tensor(DType::F32, &ne).unwrap();
+            (x, g.rope(x, pos, None, p).unwrap())
+        })
+        .collect();
+    let r = place(g);
+    r.set(pos, &positions);
+    for (&(ne, _), &(x, _)) in shapes.iter().zip(&nodes) {
+        r.set(x, &rng.vec(ne.iter().product(), -1.0, 1.0));
+    }
+    for threads in [1, 3] {
+        r.compute(threads).unwrap();
+        for (k, (&(ne, p), &(x, out))) in shapes.iter().zip(&nodes).enumerate() {
+            let want = rope_alone(DType::F32, ne, &r.get(x), &positions, None, p, threads);
+            let got = r.get(out);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "node {k} ({:?}), {threads} threads: shared and alone differ",
+                p.mode
+            );
         }
     }
 }
