@@ -221,10 +221,10 @@ fn cpuid_vendor_and_signature() -> (String, u32) {
 #[cfg(target_arch = "x86_64")]
 fn cpuid_amx_tile() -> bool {
     use std::arch::x86_64::{__cpuid, __cpuid_count};
+    #[allow(unused_unsafe)]
     // SAFETY: CPUID exists on every x86-64 CPU; leaf 0 gives the highest
     // leaf, and leaf 7 is read only when it is within it. Both only read
     // identification registers.
-    #[allow(unused_unsafe)]
     unsafe {
         __cpuid(0).eax >= 7 && (__cpuid_count(7, 0).edx >> 24) & 1 == 1
     }
