@@ -2,8 +2,9 @@
 //! [`support::supports_op`] (the same oracle the scheduler asked), record
 //! each op node ([`crate::encode`]; an RMS_NORM and the MUL after it, or a
 //! residual ADD with both, as one dispatch where [`crate::fuse`] allows,
-//! and a ROPE with the SET_ROWS that stores it, [`crate::fuse_rope`]),
-//! and submit the recording in
+//! a ROPE with the SET_ROWS that stores it, [`crate::fuse_rope`], and
+//! consecutive products of one input, [`crate::merge_products`]), and
+//! submit the recording in
 //! parts, so that the GPU starts on the first while the host records the
 //! rest. The abort callback is asked before each submission.
 
@@ -16,7 +17,7 @@ use tessera::{AbortCallback, Error, Graph, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::encode_node;
-use crate::{fuse, fuse_rope, matvec_q8, support};
+use crate::{fuse, fuse_rope, matvec_q8, merge_products, support};
 
 /// Record the op nodes of `range` and submit them, in parts
 /// ([`part_size`]); returns the last submission's index (`None` when
@@ -104,6 +105,18 @@ pub(crate) fn compute(
         if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 2]) {
             label(&mut batch, "+SET_ROWS");
             if fuse_rope::encode(&mut batch, core, graph, placement, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused = run.rest();
+            }
+        }
+        if fused == [None; 2]
+            && let Some(q8) = q8.as_mut()
+            && let Some(run) = merge_products::plan(core, graph, placement, id, end)
+                .map_err(|e| annotate(e, graph, id))?
+        {
+            label(&mut batch, &format!(" ({} merged)", run.len()));
+            if merge_products::encode(&mut batch, core, graph, placement, q8, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
                 fused = run.rest();

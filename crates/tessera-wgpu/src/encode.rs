@@ -561,7 +561,7 @@ pub(crate) fn encode_node(
                 && matvec_q8::takes(&a.layout, &b.layout)
             {
                 let (root, _) = graph.memory_root(b_id)?;
-                return matvec_q8::encode(batch, core, q8, (b_id, root), &dst, a, b);
+                return matvec_q8::encode(batch, core, q8, (b_id, root, b), &dst, a);
             }
             let overflow = || Error::Overflow("MUL_MAT workgroups".into());
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;

@@ -36,6 +36,7 @@ mod fuse_rope;
 mod fused_quant_tests;
 mod matvec_q8;
 mod matvec_rows;
+mod merge_products;
 mod params;
 mod pipelines;
 #[cfg(test)]

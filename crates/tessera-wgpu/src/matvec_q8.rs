@@ -410,11 +410,37 @@ pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Core,
     state: &mut Compute,
-    (b_id, b_root): (TensorId, TensorId),
+    b: (TensorId, TensorId, &Operand),
     dst: &Operand,
     a: &Operand,
-    b: &Operand,
 ) -> Result<()> {
+    encode_merged(batch, core, state, b, &[(dst, a)])
+}
+
+/// Most products of one input that one dispatch computes
+/// ([`encode_merged`]): the kernel's parameter block has room for three.
+pub(crate) const MAX_MERGED: usize = 3;
+
+/// Record `dst_i = a_i^T b` for each `(dst_i, a_i)` of `products` (1 to
+/// [`MAX_MERGED`]) as one dispatch: b quantized once (unless this compute
+/// already did), then every product's rows, workgroup after workgroup.
+/// The caller ([`crate::merge_products`]) checked what sharing a dispatch
+/// needs: weights of one type, each taken by the kernel, in one buffer,
+/// destinations in one buffer, no destination overlapping another's or
+/// any operand.
+pub(crate) fn encode_merged(
+    batch: &mut Batch<'_>,
+    core: &Core,
+    state: &mut Compute,
+    (b_id, b_root, b): (TensorId, TensorId, &Operand),
+    products: &[(&Operand, &Operand)],
+) -> Result<()> {
+    let (Some(&(dst, a)), true) = (products.first(), products.len() <= MAX_MERGED) else {
+        return Err(tessera::Error::device(
+            &core.name,
+            format!("{} products in one dispatch", products.len()),
+        ));
+    };
     let (k, cols) = (b.layout.ne[0], b.layout.ne[1]);
     let (pairs_at, bytes) = region_bytes(k, cols);
     let scratch = state.operand()?;
@@ -440,8 +466,27 @@ pub(crate) fn encode(
     };
     let mut call = Call::new(dst, &[Some(a), Some(&scratch)])?;
     call.bindings[2] = call.bindings[2].as_vec4();
-    call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, cols as u32, 0];
-    let groups = a.layout.ne[1].div_ceil(2);
+    let merged = u32_of(products.len() - 1)?;
+    call.params.iu = [u32_of(base)?, u32_of(base + pairs_at)?, cols as u32, merged];
+    // Two rows a workgroup; products 1 and 2 start at their first
+    // workgroup (`ne_2`/`nb_2`, `ne_3`/`nb_3`: see the kernel's header).
+    let mut groups = a.layout.ne[1].div_ceil(2);
+    for (s, &(d, w)) in products.iter().enumerate().skip(1) {
+        let [ne, nb] = &mut call.params.src[s + 1];
+        *ne = [
+            u32_of(groups)?,
+            u32_of(w.layout.ne[1])?,
+            u32_of(w.offset)?,
+            u32_of(d.offset)?,
+        ];
+        *nb = [
+            u32_of(w.layout.nb[1])?,
+            u32_of(d.layout.nb[0])?,
+            u32_of(d.layout.nb[1])?,
+            0,
+        ];
+        groups = groups.saturating_add(w.layout.ne[1].div_ceil(2));
+    }
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;
     let body = MATVEC_Q8[usize::from(cols > 1)];
@@ -468,6 +513,8 @@ mod tests {
             return;
         };
         super::force(Some(true));
+        // The products one by one (merging: crate::merge_products's tests).
+        crate::merge_products::force(Some(false));
         let stream = dev.new_wgpu_stream().unwrap();
         let mut seed = 7u64;
         let mut rnd = move || {
@@ -521,6 +568,7 @@ mod tests {
                 }
             }
         }
+        crate::merge_products::force(None);
         super::force(None);
     }
 

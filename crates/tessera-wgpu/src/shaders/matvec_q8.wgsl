@@ -9,8 +9,10 @@
 // codes' offset or the block's min).
 // Sixty-four invocations per row on consecutive units (their loads side
 // by side), two rows a workgroup. P.iu: x = byte of the columns' bytes,
-// y = byte of their (d, s) pairs, z = columns. The host prepends MQ_COLS
-// (1 or 8) and matmul_common.wgsl.
+// y = byte of their (d, s) pairs, z = columns, w = products merged into
+// the dispatch beyond the first (0-2: products of the same activations by
+// weights of one type, in the same buffers; see main). The host prepends
+// MQ_COLS (1 or 8) and matmul_common.wgsl.
 
 const MQ_LANES: u32 = 64u;
 const MQ_WG: u32 = 128u;
@@ -139,15 +141,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (g >= P.off2.y) {
         return;
     }
-    let m = P.ne_d.x;
+    // The product this workgroup works on: the first (P's dst and src0),
+    // or, in a merged dispatch (matvec_q8.rs's `Segment`), product 1 or 2
+    // from its first workgroup on: ne_2 / ne_3 = (first workgroup, rows,
+    // byte of the weights, byte of the destination), nb_2 / nb_3 = (weight
+    // row stride, destination element stride, destination column stride).
+    // Uniform per workgroup: the barriers below stay in uniform control flow.
+    var gl = g;
+    var m = P.ne_d.x;
+    var a_at = P.off.y;
+    var a_nb = P.nb_0.y;
+    var d_at = P.off.x;
+    var d_nb = P.nb_d.xy;
+    if (P.iu.w >= 1u && g >= P.ne_2.x) {
+        gl = g - P.ne_2.x;
+        m = P.ne_2.y;
+        a_at = P.ne_2.z;
+        d_at = P.ne_2.w;
+        a_nb = P.nb_2.x;
+        d_nb = P.nb_2.yz;
+    }
+    if (P.iu.w >= 2u && g >= P.ne_3.x) {
+        gl = g - P.ne_3.x;
+        m = P.ne_3.y;
+        a_at = P.ne_3.z;
+        d_at = P.ne_3.w;
+        a_nb = P.nb_3.x;
+        d_nb = P.nb_3.yz;
+    }
     let n = P.iu.z;
-    let row = 2u * g + lid.x / MQ_LANES;
+    let row = 2u * gl + lid.x / MQ_LANES;
     let t = lid.x % MQ_LANES;
     let k = P.ne_0.x;
     let nb = k / 32u;
     var acc: array<f32, MQ_COLS>;
     if (row < m) {
-        let a = P.off.y + row * P.nb_0.y;
+        let a = a_at + row * a_nb;
         for (var b = t; b < nb; b = b + MQ_LANES) {
             let u = mq_unit(a, b);
             for (var c = 0u; c < MQ_COLS; c = c + 1u) {
@@ -178,6 +207,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     // Lane c of the row's invocations writes column c.
     if (row < m && t < min(n, MQ_COLS)) {
-        d_st(P.off.x + row * P.nb_d.x + t * P.nb_d.y, mq_part[t * MQ_WG + lid.x - t]);
+        d_st(d_at + row * d_nb.x + t * d_nb.y, mq_part[t * MQ_WG + lid.x - t]);
     }
 }
