@@ -29,28 +29,29 @@
 //!    abort callback, each thread runs its share of the kernel (panics are
 //!    caught and become errors), then all meet at the barrier. A failure or
 //!    an abort during node `k` makes every thread stop at the first barrier
-//!    after `k` (see [`RunShared`]), so every thread waits the same number of
+//!    after `k` (see [`run::RunShared`]), so every thread waits the same number of
 //!    times. The failure of the earliest node wins. Nodes too small to be
 //!    worth splitting (see [`SOLO_MAX_BYTES`]) are "solo": thread 0 computes
 //!    them alone, back to back, with no barrier between two of them.
 //!
 //! Leaves, views and nodes with no elements are skipped: they compute nothing.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tessera::{AbortCallback, Error, Graph, MAX_SRC, Op, Placement, Result, TensorId};
 
 mod profile;
+mod run;
 mod tables;
 pub use profile::OpTime;
 use profile::{Profiler, Stopwatch};
+use run::{Failure, RunShared, run_plan};
 use tables::{TablePlanner, TableUse};
 
 use crate::isa::Isa;
-use crate::kernels::{self, KernelFn, NodeCtx, Scratch, SharedTable, TensorRef};
-use crate::pool::{Barrier, MAX_THREADS, ThreadPool, WorkerCtx};
+use crate::kernels::{self, KernelFn, Scratch, TensorRef};
+use crate::pool::{MAX_THREADS, ThreadPool, WorkerCtx};
 use crate::repack::Packing;
 use crate::resolve::{Cache, PlanCache, SaneCache, check_overlap, check_writable, tensor_id};
 use crate::support;
@@ -88,9 +89,6 @@ struct PlanNode {
 /// 4096-float ADD takes 0.51 µs on 1 thread, 0.94 µs on 2.)
 const SOLO_MAX_BYTES: usize = 64 << 10;
 
-/// The barrier of solo nodes: one thread, never waits.
-static SOLO_BARRIER: Barrier = Barrier::new();
-
 /// Bytes node `op` reads and writes, roughly, for the solo decision; `None`
 /// for ops that always use every thread (their cost is not proportional to
 /// their bytes, and their kernels plan per-thread scratch).
@@ -114,42 +112,6 @@ fn work_bytes(op: &Op, dst_bytes: usize, src_bytes: &[usize; MAX_SRC]) -> Option
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
-
-/// Why a node failed.
-enum Failure {
-    Kernel(Error),
-    KernelPanic,
-    CallbackPanic,
-}
-
-/// What the threads of one run share.
-///
-/// `stop_at` is the index of the first node after whose barrier every
-/// thread stops (`usize::MAX`: none). A plain "stop" flag would race: thread
-/// 0 may poll the abort callback for node `k + 1` while a slower thread has
-/// just left barrier `k` and would see the flag one node early, leaving
-/// thread 0 alone at barrier `k + 1`. With an index, that slower thread
-/// still runs node `k + 1` and stops after its barrier, like everyone.
-struct RunShared {
-    stop_at: AtomicUsize,
-    aborted: AtomicBool,
-    failure: Mutex<Option<(usize, Failure)>>,
-}
-
-impl RunShared {
-    fn stop_after(&self, k: usize) {
-        self.stop_at.fetch_min(k, Ordering::AcqRel);
-    }
-
-    fn fail(&self, k: usize, f: Failure) {
-        let mut slot = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_none_or(|(first, _)| k < *first) {
-            *slot = Some((k, f));
-        }
-        drop(slot);
-        self.stop_after(k);
-    }
-}
 
 /// A pool of `n` threads: more than [`MAX_THREADS`] is refused before any
 /// thread starts; an OS refusal half-way leaves no thread behind.
@@ -542,121 +504,6 @@ impl Executor {
             ptr: self.scratch.as_mut_ptr() as *mut u8,
             len: self.scratch.len() * 64,
         })
-    }
-}
-
-/// The hot loop, run by every thread of the pool.
-///
-/// Every thread walks the whole plan and waits at the same barriers (those
-/// of `barrier_after`, a static property of the plan), so the waits always
-/// match. Parallel nodes are computed by every thread (each its share);
-/// solo nodes by thread 0 alone, which skips them once a failure or an
-/// abort is recorded (nobody else depends on them then). After a barrier
-/// every thread stops if the failure or abort happened at or before it.
-#[allow(clippy::too_many_arguments)]
-fn run_plan(
-    plan: &[PlanNode],
-    operands: &[TensorRef],
-    w: &WorkerCtx<'_>,
-    shared: &RunShared,
-    scratch: Scratch,
-    abort: Option<&AbortCallback>,
-    isa: Isa,
-    mut watch: Option<Stopwatch<'_>>,
-) {
-    for (k, node) in plan.iter().enumerate() {
-        let runs_here = !node.solo || w.ith == 0;
-        if runs_here {
-            // Polled before each node until something stops the run (solo
-            // nodes after an abort are walked to the next barrier, not polled).
-            if w.ith == 0
-                && let Some(cb) = abort
-                && shared.stop_at.load(Ordering::Acquire) == usize::MAX
-            {
-                match catch_unwind(AssertUnwindSafe(|| cb())) {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        shared.aborted.store(true, Ordering::Release);
-                        shared.stop_after(k);
-                    }
-                    Err(_) => shared.fail(k, Failure::CallbackPanic),
-                }
-            }
-            // A parallel node runs even when thread 0 just decided to stop:
-            // its kernel may wait on the barrier inside, and every thread
-            // must make the same number of waits. A solo node's barrier is
-            // private, so it is skipped once stopping.
-            if !node.solo || shared.stop_at.load(Ordering::Acquire) > k {
-                run_node(node, operands, w, shared, scratch, isa, k);
-            }
-        }
-        if let Some(sw) = watch.as_mut() {
-            sw.work_done();
-        }
-        if node.barrier_after {
-            w.barrier.wait();
-        }
-        if let Some(sw) = watch.as_mut() {
-            sw.node_done(k);
-        }
-        if node.barrier_after
-            && (shared.stop_at.load(Ordering::Acquire) <= k || w.barrier.is_poisoned())
-        {
-            break;
-        }
-    }
-}
-
-/// This thread's share of one node (all of it for a solo node).
-#[inline]
-fn run_node(
-    node: &PlanNode,
-    operands: &[TensorRef],
-    w: &WorkerCtx<'_>,
-    shared: &RunShared,
-    scratch: Scratch,
-    isa: Isa,
-    k: usize,
-) {
-    let mut src = [None; MAX_SRC];
-    let mut next = node.first_operand;
-    for (i, slot) in src.iter_mut().enumerate() {
-        if node.operand_mask & (1 << i) != 0 {
-            *slot = operands.get(next).copied();
-            next += 1;
-        }
-    }
-    let (ith, nth, barrier) = if node.solo {
-        (0, 1, &SOLO_BARRIER)
-    } else {
-        (w.ith, w.nth, w.barrier)
-    };
-    // The planned scratch is the tables' bytes and then the largest
-    // node's, so the node's part and its table lie inside the allocation.
-    let own = Scratch {
-        ptr: scratch.ptr.wrapping_add(node.scratch_off),
-        len: scratch.len.saturating_sub(node.scratch_off),
-    };
-    let table = node.table.map(|t| SharedTable {
-        ptr: scratch.ptr.wrapping_add(t.offset),
-        len: t.len,
-        fill: t.fill,
-    });
-    let ctx = NodeCtx {
-        op: node.op,
-        dst: node.dst,
-        src,
-        ith,
-        nth,
-        scratch: own,
-        table,
-        barrier,
-        isa,
-    };
-    match catch_unwind(AssertUnwindSafe(|| (node.kernel)(&ctx))) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => shared.fail(k, Failure::Kernel(e)),
-        Err(_) => shared.fail(k, Failure::KernelPanic),
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicUsize;
 use tessera::{DType, Device, Place};
 
 use super::*;
+use crate::kernels::NodeCtx;
 
 fn boom(_: &NodeCtx) -> Result<()> {
     panic!("kernel bug")
