@@ -304,14 +304,16 @@ pub fn build(
         rp.n_ctx_orig = p.n_ctx_train;
         let ff = if swa { None } else { rope_freqs };
         q = b.g.rope(q, positions, ff, rp)?;
-        k = b.g.rope(k, positions, ff, rp)?;
         let kq_scale = if p.arch == Arch::Gemma3 {
-            // llama.cpp scales Q before attention for Gemma 3.
+            // llama.cpp scales Q before attention for Gemma 3. Before K's
+            // ROPE, so that the SET_ROWS storing K comes right after it (a
+            // GPU records the two as one dispatch).
             q = b.g.scale(q, 1.0 / (hk as f32).sqrt())?;
             1.0
         } else {
             1.0 / (hk as f32).sqrt()
         };
+        k = b.g.rope(k, positions, ff, rp)?;
 
         // Write this batch's keys and values into the cache.
         let (ck, cv) = cache.layer(il)?;
