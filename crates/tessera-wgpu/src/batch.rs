@@ -164,6 +164,14 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Add `suffix` to the label of the dispatches recorded from now on
+    /// (timed batches): a fused recording that took in one more node.
+    pub(crate) fn extend_label(&mut self, suffix: &str) {
+        if self.labels.is_some() {
+            self.label.push_str(suffix);
+        }
+    }
+
     /// The 2-D grid of `groups` workgroups (each dimension within the limit).
     pub(crate) fn grid(&self, groups: usize) -> Result<[u32; 2]> {
         let max = (self.core.limits.max_compute_workgroups_per_dimension as usize).max(1);

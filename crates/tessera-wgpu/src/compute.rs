@@ -104,10 +104,10 @@ pub(crate) fn compute(
         }
         if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 2]) {
             label(&mut batch, "+SET_ROWS");
-            if fuse_rope::encode(&mut batch, core, graph, placement, &run)
+            if let Some(rest) = fuse_rope::encode(&mut batch, core, graph, placement, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = run.rest();
+                fused = rest;
             }
         }
         if fused == [None; 2]

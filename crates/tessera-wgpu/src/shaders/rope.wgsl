@@ -9,7 +9,11 @@
 // iu2.x = 1 in the single-section modes (ROPE + SET_ROWS, fuse_rope.rs):
 // row i2 of the result goes to row ids[i2] of d (ids: src3, I32 or I64,
 // stride nb_d.z; clamped into d's iu2.y rows as SET_ROWS clamps them),
-// converted to d's type as SET_ROWS would.
+// converted to d's type as SET_ROWS would. iu2.z = 1: a SET_ROWS of
+// values joins (fuse_rope.rs): items from ne_3.x on copy element e of
+// value row i2 (F32 in s0 at byte ne_3.y + i2 ne_3.z + 4 e, ne_3.w values
+// a row) to row ids[i2] of the values' cache in d (byte ne_2.x + row ne_2.y
+// + e nb_d.x).
 
 const TWO_PI_HI: f32 = 6.28318548202514648;
 const TWO_PI_LO: f32 = -1.7484556000744487e-7;
@@ -73,6 +77,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_id) lid: vec3<u32>) {
     let t = item_index(wid, nwg, lid);
     if (t >= P.off2.y) {
+        return;
+    }
+    if (P.iu2.z == 1u && t >= P.ne_3.x) {
+        let v = t - P.ne_3.x;
+        let i2 = v / P.ne_3.w;
+        let e = v % P.ne_3.w;
+        let to = u32(clamp(s3_ldi(P.off2.x + i2 * P.nb_3.x), 0, i32(max(P.iu2.y, 1u)) - 1));
+        d_st(P.ne_2.x + to * P.ne_2.y + e * P.nb_d.x, s0_ld(P.ne_3.y + i2 * P.ne_3.z + 4u * e));
         return;
     }
     let n_dims = P.iu.x;
