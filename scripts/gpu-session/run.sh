@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# One device call's GPU check (prepared by prepare.sh; see there):
+#   run(command="bash scripts/gpu-session/run.sh", carry=[".gpu"], timeout_s=600)
+#
+# Correctness first (the wgpu unit tests and the conformance suite on the
+# real GPU), then the choices that wait for timing on a GPU, each measured
+# against its off switch in the same call, interleaved:
+#   - merged products (TESSERA_WGPU_MERGE=0 off), decoding tg128;
+#   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
+#     FLASH_ATTN_EXT at 4,096 keys;
+#   - the 128 x 128 GEMM tile (TESSERA_WGPU_MM=big on), prompts pp512;
+# then where a decoding step's GPU time goes (--profile), and, with
+# .gpu/llama, llama.cpp's Vulkan backend live beside each.
+# Everything goes to $OUT/run.log (one file: at most 8 come back).
+#
+# QUICK=1: a dry run on lavapipe (small counts, layers only on the GPU).
+set -uo pipefail
+cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
+G=.gpu
+OUT=${OUT:-/tmp/gpu-session-out}
+mkdir -p "$OUT"
+LOG=$OUT/run.log
+: >"$LOG"
+T=$G/bin/tessera
+began=$(date +%s)
+
+say() { echo "== $* ($(($(date +%s) - began)) s)" | tee -a "$LOG"; }
+# Run a command with a time limit, its output into the log.
+step() {
+    local limit=$1
+    shift
+    echo "\$ $*" >>"$LOG"
+    timeout "$limit" "$@" >>"$LOG" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || echo "(exit $rc)" >>"$LOG"
+    return 0
+}
+
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+if ! ldconfig -p | grep -q libvulkan.so.1; then
+    for f in "$G"/gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -d /usr/local/nvidia/share/vulkan/icd.d ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+if [ -d "$G/llama" ]; then
+    export LD_LIBRARY_PATH="$PWD/$G/llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+if [ "${QUICK:-0}" = 1 ]; then
+    PP=64 TG=8 REPS=1 NGL="--ngl 16" SECS=0.2
+else
+    PP=512 TG=128 REPS=3 NGL="" SECS=1
+fi
+VS_OPS=()
+VS_MODEL=()
+if [ -x "$G/llama/test-backend-ops" ]; then
+    VS_OPS=(--ggml "$G/llama/test-backend-ops" --ggml-backend Vulkan0)
+    VS_MODEL=(--llama-bench "$G/llama/llama-bench")
+fi
+
+say "machine"
+step 20 nvidia-smi -L
+step 60 "$T" devices
+
+say "wgpu unit tests on the GPU"
+TESSERA_REQUIRE_GPU=1 step 150 "$G/bin/wgpu-unit" --test-threads 4
+
+say "conformance on wgpu0"
+step 180 "$T" test --device wgpu0
+
+say "benchmark files"
+M=/tmp/gpu-session-models
+mkdir -p "$M"
+for t in q4_0 q4_K; do
+    step 120 "$G/bin/synth" llama "$t" "$G/vocab.gguf" "$M/1b-$t.gguf" llama-3.2-1b
+done
+
+say "greedy tokens: default, products one by one, no fusion at all (same bits: same md5)"
+for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
+    env $opts timeout 120 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
+        --temp 0 -n 24 -p "The quick brown fox" 2>/dev/null | md5sum | sed "s/^/[${opts:-default}] /" | tee -a "$LOG"
+done
+
+say "decoding: merged products on / off, interleaved (Q4_0, then Q4_K)"
+for f in q4_0 q4_K; do
+    for round in 1 2; do
+        for merge in 1 0; do
+            echo "-- $f round $round TESSERA_WGPU_MERGE=$merge" >>"$LOG"
+            TESSERA_WGPU_MERGE=$merge step 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
+                -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
+        done
+    done
+done
+
+say "prompts: the 64 and 128 tiles (TESSERA_WGPU_MM=big)"
+for round in 1 2; do
+    for mm in default big; do
+        echo "-- round $round TESSERA_WGPU_MM=$mm" >>"$LOG"
+        TESSERA_WGPU_MM=$mm step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
+            -p "$PP" -n 0 -r "$REPS" "${VS_MODEL[@]}"
+    done
+done
+
+say "attention at 4,096 keys: split / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0)"
+for round in 1 2; do
+    for split in 1 0; do
+        echo "-- round $round TESSERA_WGPU_FA_SPLIT=$split" >>"$LOG"
+        TESSERA_WGPU_FA_SPLIT=$split step 60 "$T" bench ops --device wgpu0 \
+            --op "FLASH_ATTN_EXT(hsk=128" --seconds "$SECS" "${VS_OPS[@]}"
+    done
+done
+
+say "one-column and 8-column products"
+step 150 "$T" bench ops --device wgpu0 --op "n=1," --seconds "$SECS" "${VS_OPS[@]}"
+
+say "where a decoding step goes"
+step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL -p 0 -n 8 -r 1 --profile 4
+
+say "done"
