@@ -304,15 +304,6 @@ pub fn build(
         rp.n_ctx_orig = p.n_ctx_train;
         let ff = if swa { None } else { rope_freqs };
         q = b.g.rope(q, positions, ff, rp)?;
-        let kq_scale = if p.arch == Arch::Gemma3 {
-            // llama.cpp scales Q before attention for Gemma 3. Before K's
-            // ROPE, so that the SET_ROWS storing K comes right after it (a
-            // GPU records the two as one dispatch).
-            q = b.g.scale(q, 1.0 / (hk as f32).sqrt())?;
-            1.0
-        } else {
-            1.0 / (hk as f32).sqrt()
-        };
         k = b.g.rope(k, positions, ff, rp)?;
 
         // Write this batch's keys and values into the cache.
@@ -327,6 +318,15 @@ pub fn build(
         };
         let ck_w = b.g.set_rows(ck_id, k2, at)?;
         let cv_w = b.g.set_rows(cv_id, v2, at)?;
+        // The two ROPEs and the cache writes next to each other: a GPU
+        // records them as one dispatch (tessera-wgpu's fuse_rope).
+        let kq_scale = if p.arch == Arch::Gemma3 {
+            // llama.cpp scales Q before attention for Gemma 3.
+            q = b.g.scale(q, 1.0 / (hk as f32).sqrt())?;
+            1.0
+        } else {
+            1.0 / (hk as f32).sqrt()
+        };
         let (rk, rv) = (cache.dtype().row_size(hk)?, cache.dtype().row_size(hv)?);
         let kview = b.g.view(
             ck_w,

@@ -59,7 +59,7 @@ pub(crate) fn compute(
         .saturating_add(crate::attention::scratch_bytes(graph, start..end));
     let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, graph, start..end)?;
     // Nodes already recorded with a node before them (crate::fuse).
-    let mut fused: [Option<TensorId>; 2] = [None; 2];
+    let mut fused: [Option<TensorId>; 3] = [None; 3];
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
@@ -81,7 +81,7 @@ pub(crate) fn compute(
                 batch.set_label(label + suffix);
             }
         };
-        fused = [None; 2];
+        fused = [None; 3];
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
             // The products that read the run's result find it quantized
@@ -96,21 +96,22 @@ pub(crate) fn compute(
             if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = run.rest();
+                fused = widen(run.rest());
                 if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
                     q8.commit(graph.memory_root(run.result())?.0, quant);
                 }
             }
         }
-        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 2]) {
-            label(&mut batch, "+SET_ROWS");
+        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 3]) {
+            // fuse_rope::encode names what it took in.
+            label(&mut batch, "");
             if let Some(rest) = fuse_rope::encode(&mut batch, core, graph, placement, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
                 fused = rest;
             }
         }
-        if fused == [None; 2]
+        if fused == [None; 3]
             && let Some(q8) = q8.as_mut()
             && let Some(run) = merge_products::plan(core, graph, placement, id, end)
                 .map_err(|e| annotate(e, graph, id))?
@@ -119,10 +120,10 @@ pub(crate) fn compute(
             if merge_products::encode(&mut batch, core, graph, placement, q8, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = run.rest();
+                fused = widen(run.rest());
             }
         }
-        if fused == [None; 2] {
+        if fused == [None; 3] {
             label(&mut batch, "");
             encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
                 .map_err(|e| annotate(e, graph, id))?;
@@ -141,6 +142,11 @@ pub(crate) fn compute(
         timing.fold(core, totals)?;
     }
     Ok(index)
+}
+
+/// The nodes a two-node fusion took in, as the compute loop keeps them.
+fn widen([a, b]: [Option<TensorId>; 2]) -> [Option<TensorId>; 3] {
+    [a, b, None]
 }
 
 /// Ask the abort callback (if any) whether to stop before submitting more.

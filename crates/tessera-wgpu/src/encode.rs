@@ -660,7 +660,9 @@ pub(crate) fn rope_call(
     p: &tessera::RopeParams,
 ) -> Result<(Call, usize)> {
     let mut call = Call::new(dst, &[Some(a), Some(pos), ff, ids.map(|i| i.0)])?;
-    call.pad_sources(4);
+    // s4: the queries' result where they join a keys' dispatch
+    // (crate::fuse_rope), else a placeholder.
+    call.pad_sources(5);
     let mode = p.mode.ggml_mode() as u32;
     let pairs = p.n_pairs() as u32;
     call.params.iu = [p.n_dims as u32, mode, u32::from(ff.is_some()), pairs];

@@ -9,11 +9,16 @@
 // iu2.x = 1 in the single-section modes (ROPE + SET_ROWS, fuse_rope.rs):
 // row i2 of the result goes to row ids[i2] of d (ids: src3, I32 or I64,
 // stride nb_d.z; clamped into d's iu2.y rows as SET_ROWS clamps them),
-// converted to d's type as SET_ROWS would. iu2.z = 1: a SET_ROWS of
+// converted to d's type as SET_ROWS would. Single-section modes only, as
+// what follows: iu2.z = 1: a SET_ROWS of
 // values joins (fuse_rope.rs): items from ne_3.x on copy element e of
 // value row i2 (F32 in s0 at byte ne_3.y + i2 ne_3.z + 4 e, ne_3.w values
 // a row) to row ids[i2] of the values' cache in d (byte ne_2.x + row ne_2.y
-// + e nb_d.x).
+// + e nb_d.x). off2.w > 0: the first off2.w items rotate queries alike
+// (fuse_rope.rs) into s4 (F32): ne_1.y heads, source at byte ne_1.z of s0
+// (head and token strides nb_1.y, nb_1.z), result at byte ne_1.w of s4
+// (strides nb_1.w, nb_2.y; elements contiguous); the items after them are
+// the keys' and values' as above.
 
 const TWO_PI_HI: f32 = 6.28318548202514648;
 const TWO_PI_LO: f32 = -1.7484556000744487e-7;
@@ -72,14 +77,32 @@ fn rope_stream(k: u32) -> vec2<u32> {
     return vec2<u32>(stream, k - last[stream]);
 }
 
+// Element i0 of a result row at byte `row`: a query's (s4, F32, the
+// queries' dispatch only) or d's.
+fn rope_st(query: bool, row: u32, i0: u32, v: f32) {
+    if (query) {
+        s4_st(row + 4u * i0, v);
+    } else {
+        d_st(row + i0 * P.nb_d.x, v);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
-    let t = item_index(wid, nwg, lid);
+    var t = item_index(wid, nwg, lid);
     if (t >= P.off2.y) {
         return;
     }
-    if (P.iu2.z == 1u && t >= P.ne_3.x) {
+    // Queries first (off2.w items), then keys, then values (see the
+    // header): single-section modes only (the others use iu2 for sections).
+    let single = P.iu.y < 8u;
+    let q_items = select(0u, P.off2.w, single);
+    let query = t < q_items;
+    if (!query) {
+        t = t - q_items;
+    }
+    if (single && !query && P.iu2.z == 1u && t >= P.ne_3.x) {
         let v = t - P.ne_3.x;
         let i2 = v / P.ne_3.w;
         let e = v % P.ne_3.w;
@@ -93,18 +116,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let per_row = half_dims + (P.ne_0.x - rot_dims);
     let slot = t % per_row;
     let row = t / per_row;
-    let i1 = row % P.ne_0.y;
-    let i2 = (row / P.ne_0.y) % P.ne_0.z;
-    let i3 = row / (P.ne_0.y * P.ne_0.z);
-    let src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
+    var heads = P.ne_0.y;
+    if (query) {
+        heads = P.ne_1.y;
+    }
+    let i1 = row % heads;
+    let i2 = (row / heads) % P.ne_0.z;
+    let i3 = row / (heads * P.ne_0.z);
+    var src = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
     var dst = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
-    if (P.iu.y < 8u && P.iu2.x == 1u) {
+    if (query) {
+        src = P.ne_1.z + i1 * P.nb_1.y + i2 * P.nb_1.z;
+        dst = P.ne_1.w + i1 * P.nb_1.w + i2 * P.nb_2.y;
+    } else if (P.iu.y < 8u && P.iu2.x == 1u) {
         let to = u32(clamp(s3_ldi(P.off2.x + i2 * P.nb_3.x), 0, i32(max(P.iu2.y, 1u)) - 1));
         dst = P.off.x + i1 * P.nb_d.y + to * P.nb_d.z;
     }
     if (slot >= half_dims) {
         let i0 = rot_dims + (slot - half_dims);
-        d_st(dst + i0 * P.nb_d.x, s0_ld(src + i0 * P.nb_0.x));
+        rope_st(query, dst, i0, s0_ld(src + i0 * P.nb_0.x));
         return;
     }
     let k = slot;
@@ -139,6 +169,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let s = sin(a) * mscale;
     let x0 = s0_ld(src + j0 * P.nb_0.x);
     let x1 = s0_ld(src + j1 * P.nb_0.x);
-    d_st(dst + j0 * P.nb_d.x, x0 * c - x1 * s);
-    d_st(dst + j1 * P.nb_d.x, x0 * s + x1 * c);
+    rope_st(query, dst, j0, x0 * c - x1 * s);
+    rope_st(query, dst, j1, x0 * s + x1 * c);
 }
