@@ -5,7 +5,8 @@
 # Correctness first (the wgpu unit tests and the conformance suite on the
 # real GPU), then the choices that wait for timing on a GPU, each measured
 # against its off switch in the same call, interleaved:
-#   - merged products (TESSERA_WGPU_MERGE=0 off), decoding tg128;
+#   - merged products (TESSERA_WGPU_MERGE=0 off) and every fusion
+#     (TESSERA_WGPU_FUSE=0 off), decoding tg128;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - the 128 x 128 GEMM tile (TESSERA_WGPU_MM=big on), prompts pp512;
@@ -83,13 +84,13 @@ for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
         --temp 0 -n 24 -p "The quick brown fox" 2>/dev/null | md5sum | sed "s/^/[${opts:-default}] /" | tee -a "$LOG"
 done
 
-say "decoding: merged products on / off, interleaved (Q4_0, then Q4_K)"
+say "decoding: default, products one by one, no fusion at all; interleaved (Q4_0, then Q4_K)"
 for f in q4_0 q4_K; do
     for round in 1 2; do
-        for merge in 1 0; do
-            echo "-- $f round $round TESSERA_WGPU_MERGE=$merge" >>"$LOG"
-            TESSERA_WGPU_MERGE=$merge step 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
-                -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
+        for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
+            echo "-- $f round $round [${opts:-default}]" >>"$LOG"
+            env $opts timeout 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
+                -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
         done
     done
 done

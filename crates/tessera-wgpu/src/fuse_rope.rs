@@ -220,7 +220,12 @@ pub(crate) fn encode(
     if let Some(v) = run.values
         && let Some(rows) = graph.node(v)?.src(1)
         && let (Some(vc), Some(vr)) = (get(v)?, get(rows)?)
-        && values_apart(&cache, &a, &vc, &vr)?
+        && values_apart(
+            &cache,
+            &vc,
+            &vr,
+            [Some(&a), Some(&pos), Some(&ids), ff.as_ref()],
+        )?
     {
         values = Some((vc, vr));
     }
@@ -347,18 +352,29 @@ fn query_apart(
 }
 
 /// Whether the values' cache `vc` and rows `vr` can be written in the keys'
-/// dispatch (keys' cache `kc`, ROPE input `a`): the cache in the keys'
-/// cache's buffer (the one destination binding) with its elements at the
-/// same stride, the rows in the ROPE input's buffer (the source binding),
-/// and no overlap between what is written and anything read or written.
-fn values_apart(kc: &Operand, a: &Operand, vc: &Operand, vr: &Operand) -> Result<bool> {
-    Ok(vc.buffer == kc.buffer
-        && vr.buffer == a.buffer
-        && vc.layout.nb[0] == kc.layout.nb[0]
-        && !overlap(vc, kc)?
-        && !overlap(vc, a)?
-        && !overlap(vc, vr)?
-        && !overlap(kc, vr)?)
+/// dispatch (keys' cache `kc`; `read`: the ROPE's input first, then its
+/// positions, ids and factors): the cache in the keys' cache's buffer (the
+/// one destination binding) with its elements at the same stride, the
+/// rows in the ROPE input's buffer (the source binding), and nothing
+/// written overlapping anything read or written by another item.
+fn values_apart(
+    kc: &Operand,
+    vc: &Operand,
+    vr: &Operand,
+    read: [Option<&Operand>; 4],
+) -> Result<bool> {
+    let [Some(a), ..] = read else {
+        return Ok(false);
+    };
+    if vc.buffer != kc.buffer || vr.buffer != a.buffer || vc.layout.nb[0] != kc.layout.nb[0] {
+        return Ok(false);
+    }
+    for o in read.iter().flatten().chain([&kc, &vr]) {
+        if overlap(vc, o)? {
+            return Ok(false);
+        }
+    }
+    Ok(!overlap(kc, vr)?)
 }
 
 #[cfg(test)]
