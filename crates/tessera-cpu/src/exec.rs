@@ -17,8 +17,9 @@
 //!    (kernel pointer, op, resolved pointers) in a vector reused across
 //!    computes; the scratch the nodes need is grown (64-byte aligned) and
 //!    kept. ROPE nodes that rotate with the same positions and parameters
-//!    are grouped to share one angle table (see [`tables`]), which the
-//!    scratch holds before the nodes' own part. Nothing here allocates per
+//!    are grouped to share one angle table, and GEMMs of the same
+//!    activations one packed B (see [`tables`]), which the scratch holds
+//!    before the nodes' own part. Nothing here allocates per
 //!    node once the vectors have grown.
 //!    The plan is remembered with what it was built from
 //!    ([`crate::resolve::PlanCache`]): computing the same graph range on the
@@ -425,13 +426,16 @@ impl Executor {
             let solo = nth > 1
                 && work_bytes(&node.op, dst_bytes, &src_bytes).is_some_and(|b| b <= SOLO_MAX_BYTES);
             check_writable(graph, placement, id)?;
-            let group = match (&node.op, resolved[1]) {
-                (Op::Rope(_), Some((pos, pos_bytes))) => tables.rope(
+            let group = match (&node.op, resolved[0], resolved[1]) {
+                (Op::Rope(_), _, Some((pos, pos_bytes))) => tables.rope(
                     &node.op,
                     &dst,
                     (&pos, pos_bytes),
                     resolved[2].as_ref().map(|(f, b)| (f, *b)),
                 ),
+                (Op::MulMat, Some((a, _)), Some((b, b_bytes))) => {
+                    tables.packed_b(&a, (&b, b_bytes), nth, isa)
+                }
                 _ => None,
             };
             tables.written(&dst, dst_bytes);

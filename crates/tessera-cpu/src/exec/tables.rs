@@ -1,4 +1,5 @@
-//! Tables that several nodes of one compute share: ROPE's angle tables.
+//! Tables that several nodes of one compute share: ROPE's angle tables,
+//! and the packed activations of GEMMs that multiply the same input.
 //!
 //! A ROPE node computes `cos`/`sin` of every rotated pair for every
 //! position it rotates. A model rotates Q and K in every layer with the
@@ -18,10 +19,19 @@
 //! in the compute's scratch before the nodes' own scratch, so no node's
 //! scratch overlaps them; each table is filled anew by every compute (the
 //! positions change from step to step).
+//!
+//! MUL_MAT nodes on the GEMM path whose activations are the same memory
+//! with the same layout and would be packed alike ([`PackKey`]: Q, K and
+//! V; gate and up) are grouped the same way: the first packs its B panels
+//! into the group's table, the others read them
+//! ([`crate::kernels::gemm_shared_b`]). A new packed-B group closes the
+//! open ones, so their nodes never interleave and all of them share one
+//! region, as large as the largest.
 
 use tessera::Op;
 
-use crate::kernels::TensorRef;
+use crate::isa::Isa;
+use crate::kernels::{PackKey, TensorRef, pack_key};
 
 /// The largest table one group may have (bytes): 4,096 positions of 256
 /// rotated dimensions. Larger groups compute their angles per node.
@@ -30,14 +40,26 @@ const MAX_TABLE_BYTES: usize = 4 << 20;
 /// The most bytes all tables of a compute may take together.
 const MAX_TOTAL_BYTES: usize = 16 << 20;
 
-/// What makes two ROPE nodes' angles the same.
+/// The largest packed activations one group may share (bytes): 512
+/// columns of 8,192 f32 values.
+const MAX_PACKED_BYTES: usize = 16 << 20;
+
+/// What makes two nodes' tables the same.
 #[derive(PartialEq)]
-struct Key {
-    op: Op,
-    pos: (usize, tessera::Layout),
-    factors: Option<(usize, tessera::Layout)>,
-    /// Positions rotated (`ne2` of the result).
-    positions: usize,
+enum Key {
+    /// ROPE angles.
+    Rope {
+        op: Op,
+        pos: (usize, tessera::Layout),
+        factors: Option<(usize, tessera::Layout)>,
+        /// Positions rotated (`ne2` of the result).
+        positions: usize,
+    },
+    /// A GEMM's packed activations.
+    PackedB {
+        b: (usize, tessera::Layout),
+        pack: PackKey,
+    },
 }
 
 /// The byte span `[start, end)` of a resolved operand.
@@ -95,24 +117,61 @@ impl TablePlanner {
         if bytes > MAX_TABLE_BYTES {
             return None;
         }
-        let key = Key {
+        let key = Key::Rope {
             op: *op,
             pos: (pos.0.ptr as usize, pos.0.layout),
             factors: factors.map(|(f, _)| (f.ptr as usize, f.layout)),
             positions,
         };
+        let inputs = [Some(span(pos.0, pos.1)), factors.map(|(f, b)| span(f, b))];
+        Some(self.join(key, inputs, bytes))
+    }
+
+    /// A MUL_MAT node with weights `a` and activations `b` (with its byte
+    /// length) on `nth` threads running `isa`'s kernels: the group of
+    /// products whose packed activations it shares, or `None` where it
+    /// packs none (not the GEMM path, several blocks, too large).
+    pub(super) fn packed_b(
+        &mut self,
+        a: &TensorRef,
+        b: (&TensorRef, usize),
+        nth: usize,
+        isa: Isa,
+    ) -> Option<usize> {
+        let (pack, bytes) = pack_key(&a.layout, a.packing, &b.0.layout, nth, isa)?;
+        let bytes = bytes.checked_add(63)? / 64 * 64;
+        if bytes > MAX_PACKED_BYTES {
+            return None;
+        }
+        let key = Key::PackedB {
+            b: (b.0.ptr as usize, b.0.layout),
+            pack,
+        };
+        if !self.groups.iter().any(|g| g.open && g.key == key) {
+            // Packed-B groups one after the other: they share one region.
+            for g in self.groups.iter_mut() {
+                if matches!(g.key, Key::PackedB { .. }) {
+                    g.open = false;
+                }
+            }
+        }
+        Some(self.join(key, [Some(span(b.0, b.1)), None], bytes))
+    }
+
+    /// The open group with `key`, joined, or a new one.
+    fn join(&mut self, key: Key, inputs: [Option<(usize, usize)>; 2], bytes: usize) -> usize {
         if let Some(i) = self.groups.iter().position(|g| g.open && g.key == key) {
             self.groups[i].users += 1;
-            return Some(i);
+            return i;
         }
         self.groups.push(Group {
             key,
-            inputs: [Some(span(pos.0, pos.1)), factors.map(|(f, b)| span(f, b))],
+            inputs,
             bytes,
             users: 1,
             open: true,
         });
-        Some(self.groups.len() - 1)
+        self.groups.len() - 1
     }
 
     /// A node writes `dst` (`bytes` long): groups whose inputs it touches
@@ -131,14 +190,23 @@ impl TablePlanner {
     }
 
     /// The tables' offsets (`None` for groups of one node, or past the
-    /// total cap) and the bytes they take together.
+    /// total cap) and the bytes they take together: the angle tables one
+    /// after the other, then one region for every packed-B group.
     pub(super) fn layout(&self) -> (Vec<Option<usize>>, usize) {
+        let shared = |g: &Group| g.users >= 2 && matches!(g.key, Key::PackedB { .. });
+        let packed = self
+            .groups
+            .iter()
+            .filter(|g| shared(g))
+            .map(|g| g.bytes)
+            .max()
+            .unwrap_or(0);
         let mut total = 0usize;
-        let offsets = self
+        let mut offsets: Vec<Option<usize>> = self
             .groups
             .iter()
             .map(|g| {
-                if g.users < 2 || total + g.bytes > MAX_TOTAL_BYTES {
+                if g.users < 2 || shared(g) || total + g.bytes > MAX_TOTAL_BYTES {
                     return None;
                 }
                 let at = total;
@@ -146,6 +214,14 @@ impl TablePlanner {
                 Some(at)
             })
             .collect();
+        if packed > 0 {
+            for (o, g) in offsets.iter_mut().zip(&self.groups) {
+                if shared(g) {
+                    *o = Some(total);
+                }
+            }
+            total += packed;
+        }
         (offsets, total)
     }
 

@@ -207,3 +207,64 @@ fn rope_nodes_with_the_same_positions_share_a_table() {
     assert!(bytes >= 2048, "{bytes}");
     assert!(ex.plan.iter().flat_map(|n| n.table).all(|t| t.len == 1024));
 }
+
+/// Products of the same activations on the GEMM path share one packed B
+/// (`tables::packed_b`): a pair of one weight type (first fills, second
+/// reads), a product packed otherwise (alone: no table; it closes the
+/// pair's group), another pair (a new group, the same region), a CPY into
+/// the activations (closes that group), a product after it (alone).
+#[test]
+fn products_of_one_input_share_a_packed_b() {
+    let (k, m, n) = (256, 32, 64);
+    let mut g = Graph::new();
+    let x = g.new_tensor(DType::F32, &[k, n]).unwrap();
+    let z = g.new_tensor(DType::F32, &[k, n]).unwrap();
+    let product = |g: &mut Graph, t, x| {
+        let w = g.new_tensor(t, &[k, m]).unwrap();
+        g.mul_mat(w, x).unwrap()
+    };
+    product(&mut g, DType::Q4_0, x);
+    product(&mut g, DType::Q4_0, x);
+    product(&mut g, DType::F16, x);
+    product(&mut g, DType::Q4_0, x);
+    product(&mut g, DType::Q4_0, x);
+    let x2 = g.cpy(z, x).unwrap();
+    product(&mut g, DType::Q4_0, x2);
+    let buffer = crate::device()
+        .buffer_type()
+        .alloc_buffer(64 << 10 << 4)
+        .unwrap();
+    let mut placement = Placement::new(&g);
+    for id in g.ids() {
+        if !g.node(id).unwrap().is_view() {
+            let place = Place {
+                buffer: Arc::clone(&buffer),
+                offset: (64 << 10) * id.index(),
+            };
+            placement.set(&g, id, place).unwrap();
+        }
+    }
+    placement.place_views(&g).unwrap();
+    let mut ex = Executor::new(2).unwrap();
+    ex.generation += 1;
+    ex.plan_nodes(&g, &placement, 0..g.len(), 2, Isa::best())
+        .unwrap();
+    let uses: Vec<Option<(usize, bool)>> = ex
+        .plan
+        .iter()
+        .map(|n| n.table.map(|t| (t.offset, t.fill)))
+        .collect();
+    let want = vec![
+        Some((0, true)),
+        Some((0, false)),
+        None,
+        Some((0, true)),
+        Some((0, false)),
+        None, // the CPY
+        None,
+    ];
+    assert_eq!(uses, want);
+    let len = ex.plan[0].table.unwrap().len;
+    assert!(len >= k * n, "{len} bytes for {n} columns of {k}");
+    assert!(ex.plan.iter().all(|p| p.scratch_off == len));
+}

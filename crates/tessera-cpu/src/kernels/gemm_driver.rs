@@ -39,6 +39,10 @@ pub(crate) struct Plan {
     ncol: usize,
     sizes: Sizes,
     scratch: *mut u8,
+    /// The packed B shared with other products of the same activations
+    /// (`exec::tables`, [`super::gemm_shared_b`]): where it is, and whether
+    /// this node packs it (else it only reads it).
+    shared: Option<(*mut u8, bool)>,
 }
 
 /// One thread's buffers: A panels (f32, or codes then scales), conversion
@@ -83,6 +87,25 @@ impl Plan {
                 sizes.total, s.len
             )));
         }
+        // A shared packed B holds the one block (the planner's key says so;
+        // checked alike on every thread, before any barrier).
+        let shared = match ctx.table {
+            Some(t) => {
+                let need = sizes.groups.checked_mul(sizes.group_bytes);
+                let fits = sizes.nblocks == 1
+                    && need.is_some_and(|n| n <= t.len)
+                    && !t.ptr.is_null()
+                    && (t.ptr as usize).is_multiple_of(LINE);
+                if !fits {
+                    return Err(Error::InvalidLayout(format!(
+                        "MUL_MAT's shared packed activations: {} bytes given for {} blocks of {} groups of {} bytes",
+                        t.len, sizes.nblocks, sizes.groups, sizes.group_bytes
+                    )));
+                }
+                Some((t.ptr, t.fill))
+            }
+            None => None,
+        };
         Ok(Plan {
             a,
             b,
@@ -98,6 +121,7 @@ impl Plan {
             ncol,
             sizes,
             scratch: s.ptr,
+            shared,
         })
     }
 
@@ -111,6 +135,11 @@ impl Plan {
 
     /// Packed B group `i` of the current block.
     fn group(&self, i: usize) -> *mut u8 {
+        if let Some((table, _)) = self.shared {
+            // SAFETY: one block (checked in `new`): i < groups, and the
+            // table holds groups * group_bytes bytes (checked in `new`).
+            return unsafe { table.add(i * self.sizes.group_bytes) };
+        }
         // SAFETY: i < block_groups groups of group_bytes, inside the scratch
         // (Sizes::total covers them).
         unsafe {
@@ -133,7 +162,12 @@ impl Plan {
         for jb in 0..s.nblocks {
             let g0 = jb * s.block_groups;
             let g1 = s.groups.min(g0 + s.block_groups);
-            self.pack_b_share(ctx, g0..g1);
+            // A shared B is packed by the group's first node only; the
+            // others read it, ordered after that node by its barriers. The
+            // barrier stays for them too: it publishes the counters.
+            if self.shared.is_none_or(|(_, fill)| fill) {
+                self.pack_b_share(ctx, g0..g1);
+            }
             ctx.barrier.wait();
             self.compute_block(ctx, jb, g0..g1, &bufs);
             if jb + 1 < s.nblocks {

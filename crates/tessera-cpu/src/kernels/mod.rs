@@ -104,16 +104,18 @@ unsafe impl Send for Scratch {}
 unsafe impl Sync for Scratch {}
 
 /// Memory one node shares with later nodes of the same compute: a ROPE
-/// angle table, computed by the first node of a group (`fill`) and read by
-/// the others (see `exec::tables`).
+/// angle table, or a MUL_MAT's packed activations ([`gemm_shared_b`]),
+/// computed by the first node of a group (`fill`) and read by the others
+/// (see `exec::tables`).
 ///
 /// What the executor guarantees: `ptr` is 64-byte aligned and valid for
 /// `len` bytes for the whole compute; no node's [`Scratch`] and no tensor
-/// overlaps it; every node given the same table has the same op and
-/// reads the same positions and factors, unchanged since the filling node
-/// ran; and a barrier separates the filling node from every reader. Inside
-/// the filling node, threads must write disjoint parts and meet at the
-/// node's barrier before reading.
+/// overlaps it; every node given the same table computes it from the same
+/// inputs alike (ROPE: the same op, positions and factors; MUL_MAT: the
+/// same activations, packed to the same [`PackKey`]), unchanged since the
+/// filling node ran; and a barrier separates the filling node from every
+/// reader. Inside the filling node, threads must write disjoint parts and
+/// meet at the node's barrier before reading.
 #[derive(Clone, Copy, Debug)]
 pub struct SharedTable {
     /// First byte, aligned to 64.
@@ -196,6 +198,7 @@ pub mod elem;
 #[cfg(target_arch = "x86_64")]
 mod exp_avx2;
 pub mod gemm;
+pub(crate) use gemm_shared_b::{PackKey, pack_key};
 mod gemm_avx2;
 mod gemm_avx512;
 mod gemm_driver;
@@ -210,6 +213,7 @@ mod gemm_q8_unpack;
 mod gemm_sb;
 #[cfg(test)]
 mod gemm_sb_tests;
+mod gemm_shared_b;
 #[cfg(test)]
 mod gemm_tests;
 mod gemm_vnni;
