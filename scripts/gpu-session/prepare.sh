@@ -25,9 +25,10 @@ cd "$(git rev-parse --show-toplevel)"
 OUTDIR=.gpu
 VOCAB=${VOCAB:-/tmp/ggml-bench/src/models/ggml-vocab-llama-bpe.gguf}
 
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || {
-    mkdir -p .git/info
-    echo '/.gpu/' >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || {
+    mkdir -p "$(dirname "$exclude")"
+    echo '/.gpu/' >>"$exclude"
 }
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/bin" "$OUTDIR/gl"
@@ -38,14 +39,18 @@ strip -o "$OUTDIR/bin/tessera" target/release/tessera
 strip -o "$OUTDIR/bin/synth" target/release/examples/synth
 # The unit-test binary of tessera-wgpu (release: the tests' own timing is
 # not what is measured, but their kernels run faster).
-unit=$(cargo test --release -j2 -p tessera-wgpu --lib --no-run --message-format=json 2>/dev/null |
+unit=$(cargo test --release -j2 -p tessera-wgpu --lib --no-run --message-format=json 2>/tmp/gpu-prepare-unit.log |
     python3 -c 'import json,sys
 for l in sys.stdin:
     try: m = json.loads(l)
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         print(m["executable"])' | tail -1)
-[ -x "$unit" ] || { echo "no unit-test binary found" >&2; exit 1; }
+[ -x "$unit" ] || {
+    echo "no unit-test binary found; cargo said:" >&2
+    tail -20 /tmp/gpu-prepare-unit.log >&2
+    exit 1
+}
 strip -o "$OUTDIR/bin/wgpu-unit" "$unit"
 
 [ -f "$VOCAB" ] || { echo "vocabulary $VOCAB missing (scripts/ggml-bench/build.sh fetches it)" >&2; exit 1; }
@@ -65,13 +70,19 @@ if [ -n "${LLAMA_VULKAN_BIN:-}" ]; then
         strip -o "$OUTDIR/llama/$f" "$LLAMA_VULKAN_BIN/$f"
     done
     for so in "$LLAMA_VULKAN_BIN"/*.so*; do
-        [ -e "$so" ] && cp -P "$so" "$OUTDIR/llama/"
+        if [ -L "$so" ]; then
+            cp -P "$so" "$OUTDIR/llama/"
+        elif [ -f "$so" ]; then
+            strip --strip-unneeded -o "$OUTDIR/llama/$(basename "$so")" "$so"
+        fi
     done
 fi
 
 du -sh "$OUTDIR"
 bytes=$(du -sb "$OUTDIR" | cut -f1)
-if [ "$bytes" -gt $((48 * 1024 * 1024)) ]; then
-    echo "warning: .gpu is $((bytes / 1048576)) MiB; the tree and carried paths must stay under 64 MiB" >&2
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+if [ $((bytes + tree)) -gt $((62 * 1024 * 1024)) ]; then
+    echo "error: .gpu ($((bytes / 1048576)) MiB) and the tree ($((tree / 1048576)) MiB) pass the 64 MiB a device call carries" >&2
+    exit 1
 fi
 echo "ready: run(command=\"bash scripts/gpu-session/run.sh\", carry=[\".gpu\"], timeout_s=600)"

@@ -25,21 +25,34 @@ LOG=$OUT/run.log
 T=$G/bin/tessera
 began=$(date +%s)
 
+# The whole call must end within the device's 600 s: steps that would
+# run past DEADLINE seconds are skipped (and say so).
+DEADLINE=${DEADLINE:-560}
 say() { echo "== $* ($(($(date +%s) - began)) s)" | tee -a "$LOG"; }
+# Whether a step of `limit` seconds still fits before the deadline.
+fits() {
+    if [ $(($(date +%s) - began + $1)) -gt "$DEADLINE" ]; then
+        echo "(skipped: $1 s would pass the ${DEADLINE} s deadline)" | tee -a "$LOG"
+        return 1
+    fi
+}
 # Run a command with a time limit, its output into the log.
 step() {
     local limit=$1
     shift
+    fits "$limit" || return 0
     echo "\$ $*" >>"$LOG"
-    timeout "$limit" "$@" >>"$LOG" 2>&1
+    timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
     local rc=$?
     [ $rc -eq 0 ] || echo "(exit $rc)" >>"$LOG"
     return 0
 }
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-if ! ldconfig -p | grep -q libvulkan.so.1; then
-    for f in "$G"/gl/*.deb; do dpkg -x "$f" /; done
+if ! ldconfig -p | grep libvulkan.so.1 >/dev/null; then
+    for f in "$G"/gl/*.deb; do
+        [ -e "$f" ] && dpkg -x "$f" /
+    done
     ldconfig
 fi
 if [ -d /usr/local/nvidia/share/vulkan/icd.d ]; then
@@ -80,16 +93,26 @@ done
 
 say "greedy tokens: default, products one by one, no fusion at all (same bits: same md5)"
 for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
-    env $opts timeout 120 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
-        --temp 0 -n 24 -p "The quick brown fox" 2>/dev/null | md5sum | sed "s/^/[${opts:-default}] /" | tee -a "$LOG"
+    fits 120 || break
+    out=$(env $opts timeout -k 5 120 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
+        --temp 0 -n 24 -p "The quick brown fox" 2>"$OUT/run-stderr.txt")
+    rc=$?
+    if [ $rc -ne 0 ] || [ -z "$out" ]; then
+        echo "[${opts:-default}] FAILED (exit $rc, ${#out} bytes):" | tee -a "$LOG"
+        tail -5 "$OUT/run-stderr.txt" >>"$LOG"
+    else
+        echo "[${opts:-default}] $(printf '%s' "$out" | md5sum)" | tee -a "$LOG"
+    fi
 done
+rm -f "$OUT/run-stderr.txt"
 
 say "decoding: default, products one by one, no fusion at all; interleaved (Q4_0, then Q4_K)"
 for f in q4_0 q4_K; do
     for round in 1 2; do
         for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
             echo "-- $f round $round [${opts:-default}]" >>"$LOG"
-            env $opts timeout 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
+            fits 90 || continue
+            env $opts timeout -k 5 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
                 -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
         done
     done

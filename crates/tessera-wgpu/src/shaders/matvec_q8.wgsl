@@ -142,7 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     // The product this workgroup works on: the first (P's dst and src0),
-    // or, in a merged dispatch (matvec_q8.rs's `Segment`), product 1 or 2
+    // or, in a merged dispatch (matvec_q8.rs's `encode_merged`), product 1 or 2
     // from its first workgroup on: ne_2 / ne_3 = (first workgroup, rows,
     // byte of the weights, byte of the destination), nb_2 / nb_3 = (weight
     // row stride, destination element stride, destination column stride).
