@@ -1,0 +1,198 @@
+//! Tests of [`super`]: the integer products against the f64 product of
+//! the dequantized weights, within the bound of quantizing the activations;
+//! the quantizations a compute shares and the writes that make them stale.
+#![allow(clippy::unwrap_used, clippy::panic)]
+use tessera::{DType, Graph, Stream};
+
+/// Every weight type the kernel takes (37 rows, k = 256 and 1,280)
+/// times 1, 3 and 8 columns, two products sharing their activations: each result within
+/// the bound of quantizing the activations (half of each block's step
+/// per value, times the weights' magnitudes) of the f64 product of the
+/// dequantized weights; one quantization for both products.
+#[test]
+fn integer_products_are_within_the_activation_quantization_bound() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    super::force(Some(true));
+    // The products one by one (merging: crate::merge_products's tests).
+    crate::merge_products::force(Some(false));
+    let stream = dev.new_wgpu_stream().unwrap();
+    let mut seed = 7u64;
+    let mut rnd = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+    };
+    for wt in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+    ] {
+        for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
+            let m = 37;
+            let mut g = Graph::new();
+            let w1 = g.input("w1", wt, &[k, m]).unwrap();
+            let w2 = g.input("w2", wt, &[k, m]).unwrap();
+            let x = g.input("x", DType::F32, &[k, cols]).unwrap();
+            let y1 = g.mul_mat(w1, x).unwrap();
+            let y2 = g.mul_mat(w2, x).unwrap();
+            g.set_output(y1).unwrap();
+            g.set_output(y2).unwrap();
+            let (pl, _galloc) = crate::test_placement(&dev, &g);
+            let mut ws = Vec::new();
+            for w in [w1, w2] {
+                let f: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
+                let mut q = vec![0u8; wt.row_size(k).unwrap() * m];
+                tessera::quant::from_f32(wt, &f, &mut q).unwrap();
+                let mut deq = vec![0f32; k * m];
+                tessera::quant::to_f32(wt, &q, &mut deq).unwrap();
+                pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+                ws.push(deq);
+            }
+            // Some columns with a large value: coarse steps elsewhere.
+            let xs: Vec<f32> = (0..k * cols)
+                .map(|i| if i % 97 == 5 { 40.0 } else { rnd() })
+                .collect();
+            pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+            let before = crate::batch::counts::now().0;
+            stream.compute(&g, &pl).unwrap();
+            let dispatches = crate::batch::counts::now().0 - before;
+            assert_eq!(dispatches, 3, "{wt}: one quantization, two products");
+            for (w, y) in ws.iter().zip([y1, y2]) {
+                let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
+                within_bound(w, &xs, &got, (k, m, cols), &format!("{wt}"));
+            }
+        }
+    }
+    crate::merge_products::force(None);
+    super::force(None);
+}
+
+/// `got` (m x cols) against the f64 product of `w` (m rows of k) and
+/// `xs` (cols columns of k), within the bound of quantizing the
+/// activations: half a step of each 32 values' scale per value, times
+/// the weights' magnitudes.
+fn within_bound(
+    w: &[f32],
+    xs: &[f32],
+    got: &[f32],
+    (k, m, cols): (usize, usize, usize),
+    what: &str,
+) {
+    for c in 0..cols {
+        let xc = &xs[c * k..(c + 1) * k];
+        for r in 0..m {
+            let wr = &w[r * k..(r + 1) * k];
+            let mut want = 0f64;
+            let mut bound = 0f64;
+            for (wb, xb) in wr.chunks(32).zip(xc.chunks(32)) {
+                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let step = f64::from(amax) / 127.0;
+                for (&wv, &xv) in wb.iter().zip(xb) {
+                    want += f64::from(wv) * f64::from(xv);
+                    bound += f64::from(wv).abs() * (0.5 * step * 1.0001);
+                }
+            }
+            let v = f64::from(got[c * m + r]);
+            assert!(
+                (v - want).abs() <= bound + 1e-4 * want.abs().max(1.0),
+                "{what} k={k} column {c} row {r}: {v} vs {want} (bound {bound})"
+            );
+        }
+    }
+}
+
+/// A CPY into the input's memory between two products that read it:
+/// the second quantizes the new values again (a quantization kept by
+/// tensor id alone would give it the old ones).
+#[test]
+fn a_write_into_the_input_between_two_products_is_seen() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    super::force(Some(true));
+    let stream = dev.new_wgpu_stream().unwrap();
+    let (k, m) = (256, 16);
+    let mut g = Graph::new();
+    let w = g.input("w", DType::Q8_0, &[k, m]).unwrap();
+    let x = g.input("x", DType::F32, &[k, 1]).unwrap();
+    let z = g.input("z", DType::F32, &[k, 1]).unwrap();
+    let y1 = g.mul_mat(w, x).unwrap();
+    let c = g.cpy(z, x).unwrap();
+    let y2 = g.mul_mat(w, x).unwrap();
+    for t in [y1, c, y2] {
+        g.set_output(t).unwrap();
+    }
+    let (pl, _galloc) = crate::test_placement(&dev, &g);
+    let f: Vec<f32> = (0..k * m)
+        .map(|i| ((i * 7919) % 211) as f32 / 105.0 - 1.0)
+        .collect();
+    let mut q = vec![0u8; DType::Q8_0.row_size(k).unwrap() * m];
+    tessera::quant::from_f32(DType::Q8_0, &f, &mut q).unwrap();
+    let mut deq = vec![0f32; k * m];
+    tessera::quant::to_f32(DType::Q8_0, &q, &mut deq).unwrap();
+    pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+    let xs: Vec<f32> = (0..k).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+    let zs: Vec<f32> = (0..k).map(|i| 2.0 - ((i * 13) % 23) as f32 / 5.0).collect();
+    pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+    pl.tensor(&g, z).unwrap().write_f32(&zs).unwrap();
+    stream.compute(&g, &pl).unwrap();
+    let got1 = pl.tensor(&g, y1).unwrap().read_f32().unwrap();
+    let got2 = pl.tensor(&g, y2).unwrap().read_f32().unwrap();
+    within_bound(&deq, &xs, &got1, (k, m, 1), "before the copy");
+    within_bound(&deq, &zs, &got2, (k, m, 1), "after the copy");
+    super::force(None);
+}
+
+/// An input first read by a product the kernel does not take (F16
+/// weights) and then by one it takes (Q8_0): the second still gets its
+/// quantized activations (a plan that counted inputs by their first
+/// reader missed it).
+#[test]
+fn an_input_first_read_by_another_weight_type_is_still_planned() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    super::force(Some(true));
+    let stream = dev.new_wgpu_stream().unwrap();
+    let (k, m) = (512, 24);
+    let mut g = Graph::new();
+    let wf = g.input("wf", DType::F16, &[k, m]).unwrap();
+    let wq = g.input("wq", DType::Q8_0, &[k, m]).unwrap();
+    let x = g.input("x", DType::F32, &[k, 1]).unwrap();
+    let yf = g.mul_mat(wf, x).unwrap();
+    let yq = g.mul_mat(wq, x).unwrap();
+    g.set_output(yf).unwrap();
+    g.set_output(yq).unwrap();
+    let (pl, _galloc) = crate::test_placement(&dev, &g);
+    let f: Vec<f32> = (0..k * m)
+        .map(|i| ((i * 7919) % 211) as f32 / 105.0 - 1.0)
+        .collect();
+    let xs: Vec<f32> = (0..k).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+    let mut deq = vec![0f32; k * m];
+    for (w, t) in [(wf, DType::F16), (wq, DType::Q8_0)] {
+        let mut q = vec![0u8; t.row_size(k).unwrap() * m];
+        tessera::quant::from_f32(t, &f, &mut q).unwrap();
+        pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+        if t == DType::Q8_0 {
+            tessera::quant::to_f32(t, &q, &mut deq).unwrap();
+        }
+    }
+    pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+    let before = crate::batch::counts::now().0;
+    stream.compute(&g, &pl).unwrap();
+    let dispatches = crate::batch::counts::now().0 - before;
+    assert_eq!(
+        dispatches, 3,
+        "the F16 product, the quantization, the Q8_0 product"
+    );
+    let got = pl.tensor(&g, yq).unwrap().read_f32().unwrap();
+    within_bound(&deq, &xs, &got, (k, m, 1), "q8_0 after f16");
+    super::force(None);
+}
