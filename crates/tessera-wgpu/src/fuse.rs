@@ -67,28 +67,12 @@ impl Run {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Tests turn every fusion on or off for their own thread.
-    static FORCE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Turn every fusion on or off on this thread (`None`: the environment's
-/// choice), for tests.
-#[cfg(test)]
-pub(crate) fn force(on: Option<bool>) {
-    FORCE.with(|f| f.set(on));
-}
+env_switch!("TESSERA_WGPU_FUSE");
 
 /// Whether the encoder fuses at all (default; `TESSERA_WGPU_FUSE=0` records
 /// every node as its own dispatch, for measuring what fusion gives).
 pub(crate) fn enabled() -> bool {
-    #[cfg(test)]
-    if let Some(on) = FORCE.with(std::cell::Cell::get) {
-        return on;
-    }
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_FUSE").is_ok_and(|v| v.trim() == "0"))
+    switch_on(|| true)
 }
 
 /// The run that starts at node `id`, if any: see the module docs for the

@@ -19,6 +19,9 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod switch;
+
 pub mod adapter;
 mod attention;
 mod batch;
@@ -76,6 +79,20 @@ pub(crate) fn test_device() -> Option<Arc<WgpuDevice>> {
         eprintln!("skipped: no wgpu adapter");
     }
     d
+}
+
+/// Values in [-1, 1) from `seed`, without end (a linear congruential
+/// generator), for unit tests.
+#[cfg(test)]
+pub(crate) fn test_values(seed: u64) -> impl Iterator<Item = f32> {
+    std::iter::successors(Some(seed), |s| {
+        Some(
+            s.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407),
+        )
+    })
+    .skip(1)
+    .map(|s| ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0)
 }
 
 /// `g` placed in `dev`'s memory, for unit tests (the allocator owns the

@@ -52,27 +52,11 @@ const MATVEC_Q8: [&str; 2] = [
 /// Most columns the kernel takes.
 const MAX_COLS: usize = 8;
 
-#[cfg(test)]
-thread_local! {
-    /// Tests turn the kernel on or off for their own thread.
-    static FORCE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Turn the kernel on or off on this thread (`None`: the environment's
-/// choice), for tests.
-#[cfg(test)]
-pub(crate) fn force(on: Option<bool>) {
-    FORCE.with(|f| f.set(on));
-}
+env_switch!("TESSERA_WGPU_MV_Q8");
 
 /// Whether the integer kernel is on (default; `TESSERA_WGPU_MV_Q8=0` is off).
 fn enabled() -> bool {
-    #[cfg(test)]
-    if let Some(on) = FORCE.with(std::cell::Cell::get) {
-        return on;
-    }
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_MV_Q8").is_ok_and(|v| v.trim() == "0"))
+    switch_on(|| true)
 }
 
 /// Whether the kernel takes `a` (weights) x `b` (activations): rows of

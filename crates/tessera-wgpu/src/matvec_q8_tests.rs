@@ -18,13 +18,8 @@ fn integer_products_are_within_the_activation_quantization_bound() {
     // The products one by one (merging: crate::merge_products's tests).
     crate::merge_products::force(Some(false));
     let stream = dev.new_wgpu_stream().unwrap();
-    let mut seed = 7u64;
-    let mut rnd = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-    };
+    let mut values = crate::test_values(7);
+    let mut rnd = move || values.next().unwrap();
     for wt in [
         DType::Q4_0,
         DType::Q4_1,

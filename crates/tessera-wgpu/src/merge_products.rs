@@ -51,28 +51,12 @@ impl Run {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Tests turn merging on or off for their own thread.
-    static FORCE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
+env_switch!("TESSERA_WGPU_MERGE");
 
-/// Turn merging on or off on this thread (`None`: the environment's
-/// choice), for tests.
-#[cfg(test)]
-pub(crate) fn force(on: Option<bool>) {
-    FORCE.with(|f| f.set(on));
-}
-
-/// Whether products are merged (default; `TESSERA_WGPU_MERGE=0` is off).
+/// Whether products are merged (default; `TESSERA_WGPU_MERGE=0`, or
+/// `TESSERA_WGPU_FUSE=0` for every fusion, is off).
 fn enabled() -> bool {
-    #[cfg(test)]
-    if let Some(on) = FORCE.with(std::cell::Cell::get) {
-        return on;
-    }
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    crate::fuse::enabled()
-        && *ON.get_or_init(|| !std::env::var("TESSERA_WGPU_MERGE").is_ok_and(|v| v.trim() == "0"))
+    switch_on(crate::fuse::enabled)
 }
 
 /// A product's operands: destination, weights, activations.
@@ -196,17 +180,9 @@ mod tests {
 
     use crate::batch::counts;
 
-    /// Values in [-1, 1) from a seed (a linear congruential generator).
+    /// `n` values in [-1, 1) from `seed`.
     fn values(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        crate::test_values(seed).take(n).collect()
     }
 
     /// Compute `g` on the test device with merging on or off, its weights

@@ -167,21 +167,7 @@ fn rope_nodes_with_the_same_positions_share_a_table() {
     rope(&mut g, pos2, p);
     rope(&mut g, pos2, p);
     rope(&mut g, pos2, p);
-    let buffer = crate::device()
-        .buffer_type()
-        .alloc_buffer(4096 * g.len())
-        .unwrap();
-    let mut placement = Placement::new(&g);
-    for id in g.ids() {
-        if !g.node(id).unwrap().is_view() {
-            let place = Place {
-                buffer: Arc::clone(&buffer),
-                offset: 4096 * id.index(),
-            };
-            placement.set(&g, id, place).unwrap();
-        }
-    }
-    placement.place_views(&g).unwrap();
+    let (placement, _buffer) = place_apart(&g, 4096);
     let mut ex = Executor::new(2).unwrap();
     ex.generation += 1;
     let bytes = ex
@@ -230,21 +216,7 @@ fn products_of_one_input_share_a_packed_b() {
     product(&mut g, DType::Q4_0, x);
     let x2 = g.cpy(z, x).unwrap();
     product(&mut g, DType::Q4_0, x2);
-    let buffer = crate::device()
-        .buffer_type()
-        .alloc_buffer(64 << 10 << 4)
-        .unwrap();
-    let mut placement = Placement::new(&g);
-    for id in g.ids() {
-        if !g.node(id).unwrap().is_view() {
-            let place = Place {
-                buffer: Arc::clone(&buffer),
-                offset: (64 << 10) * id.index(),
-            };
-            placement.set(&g, id, place).unwrap();
-        }
-    }
-    placement.place_views(&g).unwrap();
+    let (placement, _buffer) = place_apart(&g, 64 << 10);
     let mut ex = Executor::new(2).unwrap();
     ex.generation += 1;
     ex.plan_nodes(&g, &placement, 0..g.len(), 2, Isa::best())
@@ -267,4 +239,25 @@ fn products_of_one_input_share_a_packed_b() {
     let len = ex.plan[0].table.unwrap().len;
     assert!(len >= k * n, "{len} bytes for {n} columns of {k}");
     assert!(ex.plan.iter().all(|p| p.scratch_off == len));
+}
+
+/// Every non-view tensor of `g` at `stride * index` in one CPU buffer, then
+/// the views (the buffer is returned to keep it alive).
+fn place_apart(g: &Graph, stride: usize) -> (Placement, Arc<dyn tessera::Buffer>) {
+    let buffer = crate::device()
+        .buffer_type()
+        .alloc_buffer(stride * g.len())
+        .unwrap();
+    let mut placement = Placement::new(g);
+    for id in g.ids() {
+        if !g.node(id).unwrap().is_view() {
+            let place = Place {
+                buffer: Arc::clone(&buffer),
+                offset: stride * id.index(),
+            };
+            placement.set(g, id, place).unwrap();
+        }
+    }
+    placement.place_views(g).unwrap();
+    (placement, buffer)
 }
