@@ -197,6 +197,8 @@ mod dot_quant5;
 pub mod elem;
 #[cfg(target_arch = "x86_64")]
 mod exp_avx2;
+#[cfg(target_arch = "x86_64")]
+mod exp_avx512;
 pub mod gemm;
 pub(crate) use gemm_shared_b::{PackKey, pack_key};
 mod gemm_avx2;

@@ -1,7 +1,8 @@
 //! Contiguous f32 row primitives shared by the element-wise, normalisation,
 //! soft-max, activation, copy and row-gather kernels, each with a portable
 //! version and an AVX2/FMA/F16C one (`simd_avx2`, `exp_avx2`, `cvt_avx2`;
-//! ROPE's rotation lives in `rope_avx2`).
+//! ROPE's rotation lives in `rope_avx2`); SILU and GELU also on sixteen
+//! lanes with AVX-512 (`exp_avx512`, bit for bit the AVX2 results).
 //!
 //! Why a dispatcher: the kernels pick the instruction set per node
 //! (`NodeCtx::isa`), and the AVX2 functions are `#[target_feature]` code that
@@ -33,6 +34,9 @@ use crate::isa::Isa;
 #[derive(Clone, Copy, Debug)]
 pub struct Simd {
     avx2: bool,
+    /// SILU and GELU on sixteen lanes (`exp_avx512`, bit for bit the AVX2
+    /// results).
+    avx512: bool,
 }
 
 /// Rows to pull into the cache while a primitive streams through the
@@ -98,19 +102,41 @@ macro_rules! avx2_or {
     };
 }
 
+/// Dispatch to the AVX-512 body when `$s.avx512` (x86-64 only), else fall
+/// through.
+macro_rules! avx512_or {
+    ($s:expr, $call:expr) => {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if $s.avx512 {
+                // SAFETY: `avx512` is true only when `Simd::new` found the
+                // AVX-512 family (AVX-512F included) on this CPU, the feature
+                // the body is compiled for; the pointer preconditions are the
+                // caller's, forwarded.
+                #[allow(unused_unsafe)]
+                return unsafe { $call };
+            }
+        }
+    };
+}
+
 impl Simd {
     /// The primitives for `isa` (portable if the CPU lacks it).
     #[inline]
     pub fn new(isa: Isa) -> Self {
         Simd {
             avx2: isa.has_avx2(),
+            avx512: isa.has_avx512(),
         }
     }
 
     /// The portable primitives.
     #[cfg(test)]
     pub const fn portable() -> Self {
-        Simd { avx2: false }
+        Simd {
+            avx2: false,
+            avx512: false,
+        }
     }
 
     /// Whether the AVX2 bodies are used.
@@ -282,6 +308,7 @@ impl Simd {
     /// See the module docs; `g` (if given) holds `n` elements.
     #[inline]
     pub unsafe fn silu(self, y: *mut f32, x: *const f32, g: Option<*const f32>, n: usize) {
+        avx512_or!(self, super::exp_avx512::silu(y, x, g, n));
         avx2_or!(self, super::exp_avx2::silu(y, x, g, n));
         for i in 0..n {
             // SAFETY: `i < n` (module docs).
@@ -301,6 +328,7 @@ impl Simd {
     /// See the module docs; `g` (if given) holds `n` elements.
     #[inline]
     pub unsafe fn gelu(self, y: *mut f32, x: *const f32, g: Option<*const f32>, n: usize) {
+        avx512_or!(self, super::exp_avx512::gelu(y, x, g, n));
         avx2_or!(self, super::exp_avx2::gelu(y, x, g, n));
         for i in 0..n {
             // SAFETY: `i < n` (module docs).
