@@ -109,11 +109,10 @@ macro_rules! avx512_or {
         #[cfg(target_arch = "x86_64")]
         {
             if $s.avx512 {
-                // SAFETY: `avx512` is true only when `Simd::new` found the
-                // AVX-512 family (AVX-512F included) on this CPU, the feature
-                // the body is compiled for; the pointer preconditions are the
-                // caller's, forwarded.
+                // The body needs AVX-512F: `avx512` is true only when
+                // `Simd::new` found the AVX-512 family on this CPU.
                 #[allow(unused_unsafe)]
+                // SAFETY: the feature checked above; pointers: the caller's.
                 return unsafe { $call };
             }
         }
