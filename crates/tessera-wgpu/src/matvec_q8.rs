@@ -49,6 +49,17 @@ const MATVEC_Q8: [&str; 2] = [
     ),
 ];
 
+/// The weight types the kernel decodes.
+pub(crate) const TYPES: [DType; 7] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q6K,
+];
+
 /// Most columns the kernel takes.
 const MAX_COLS: usize = 8;
 
@@ -66,16 +77,7 @@ fn enabled() -> bool {
 pub(crate) fn takes(a: &Layout, b: &Layout) -> bool {
     let k = a.ne[0];
     enabled()
-        && matches!(
-            a.dtype,
-            DType::Q4_0
-                | DType::Q4_1
-                | DType::Q5_0
-                | DType::Q5_1
-                | DType::Q8_0
-                | DType::Q4K
-                | DType::Q6K
-        )
+        && TYPES.contains(&a.dtype)
         && a.nb[0] == a.dtype.type_size()
         && k.is_multiple_of(a.dtype.block_size())
         && k >= crate::encode::MATVEC_MIN_K

@@ -20,15 +20,7 @@ fn integer_products_are_within_the_activation_quantization_bound() {
     let stream = dev.new_wgpu_stream().unwrap();
     let mut values = crate::test_values(7);
     let mut rnd = move || values.next().unwrap();
-    for wt in [
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q4K,
-        DType::Q6K,
-    ] {
+    for wt in super::TYPES {
         for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
             let m = 37;
             let mut g = Graph::new();

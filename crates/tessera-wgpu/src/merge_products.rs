@@ -242,15 +242,7 @@ mod tests {
         if crate::test_device().is_none() {
             return;
         }
-        for wt in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::Q4K,
-            DType::Q6K,
-        ] {
+        for wt in crate::matvec_q8::TYPES {
             for (k, cols) in [(256, 1), (512, 3), (256, 8)] {
                 let mut g = Graph::new();
                 let x = g.input("x", DType::F32, &[k, cols]).unwrap();

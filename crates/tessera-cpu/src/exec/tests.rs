@@ -173,11 +173,7 @@ fn rope_nodes_with_the_same_positions_share_a_table() {
     let bytes = ex
         .plan_nodes(&g, &placement, 0..g.len(), 2, Isa::best())
         .unwrap();
-    let uses: Vec<Option<(usize, bool)>> = ex
-        .plan
-        .iter()
-        .map(|n| n.table.map(|t| (t.offset, t.fill)))
-        .collect();
+    let uses = table_uses(&ex);
     // 8 positions x 32 dimensions x 4 bytes = 1 KiB a table.
     let want = vec![
         Some((0, true)),
@@ -221,11 +217,7 @@ fn products_of_one_input_share_a_packed_b() {
     ex.generation += 1;
     ex.plan_nodes(&g, &placement, 0..g.len(), 2, Isa::best())
         .unwrap();
-    let uses: Vec<Option<(usize, bool)>> = ex
-        .plan
-        .iter()
-        .map(|n| n.table.map(|t| (t.offset, t.fill)))
-        .collect();
+    let uses = table_uses(&ex);
     let want = vec![
         Some((0, true)),
         Some((0, false)),
@@ -260,4 +252,12 @@ fn place_apart(g: &Graph, stride: usize) -> (Placement, Arc<dyn tessera::Buffer>
     }
     placement.place_views(g).unwrap();
     (placement, buffer)
+}
+
+/// Each planned node's table: (offset, fills it), or none.
+fn table_uses(ex: &Executor) -> Vec<Option<(usize, bool)>> {
+    ex.plan
+        .iter()
+        .map(|n| n.table.map(|t| (t.offset, t.fill)))
+        .collect()
 }
