@@ -9,7 +9,9 @@
 #     (TESSERA_WGPU_FUSE=0 off), decoding tg128;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
-#   - the 128 x 128 GEMM tile (TESSERA_WGPU_MM=big on), prompts pp512;
+#   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
+#     ones with the 128 x 128 tile (TESSERA_WGPU_MM=big), prompts pp512,
+#     and the integer tiles op by op (n=512);
 # then where a decoding step's GPU time goes (--profile), and, with
 # .gpu/llama, llama.cpp's Vulkan backend live beside each.
 # Everything goes to $OUT/run.log (one file: at most 8 come back).
@@ -118,13 +120,28 @@ for f in q4_0 q4_K; do
     done
 done
 
-say "prompts: the 64 and 128 tiles (TESSERA_WGPU_MM=big)"
-for round in 1 2; do
-    for mm in default big; do
-        echo "-- round $round TESSERA_WGPU_MM=$mm" >>"$LOG"
-        TESSERA_WGPU_MM=$mm step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
-            -p "$PP" -n 0 -r "$REPS" "${VS_MODEL[@]}"
+say "prompts: integer tiles (default), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
+for f in q4_0 q4_K; do
+    for round in 1 2; do
+        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
+            echo "-- $f round $round $opts" >>"$LOG"
+            # shellcheck disable=SC2086 # one or two assignments
+            (export $opts; step 90 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
+                -p "$PP" -n 0 -r "$REPS" "${VS_MODEL[@]}")
+        done
     done
+done
+
+say "products of 512 columns: integer tiles (default) / float tiles (TESSERA_WGPU_MMQ=0)"
+for mmq in 1 0; do
+    echo "-- TESSERA_WGPU_MMQ=$mmq" >>"$LOG"
+    TESSERA_WGPU_MMQ=$mmq step 90 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}"
+done
+
+say "greedy text after a prompt of ~40 tokens: integer tiles (default) / float tiles (TESSERA_WGPU_MMQ=0); may part at a near tie"
+for mmq in 1 0; do
+    TESSERA_WGPU_MMQ=$mmq step 120 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL --temp 0 -n 24 \
+        -p "$(printf 'The quick brown fox jumps over the lazy dog. %.0s' 1 2 3)Once upon a time"
 done
 
 say "attention at 4,096 keys: split / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0)"

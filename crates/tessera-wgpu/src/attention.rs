@@ -75,20 +75,21 @@ pub(crate) fn encode(
         1
     };
     let dv = v.layout.ne[0];
-    // The parts' region first: the quantization's region is planned after
-    // it (past its end), so the merge never writes what it reads.
+    // The parts' region (for this node only) and the quantization's are
+    // both taken from the scratch, so they are apart: the merge never
+    // writes what it reads.
     let split = match q8.as_mut() {
         Some(q8) if parts > 1 => q8
-            .reserve(partial_bytes(rows, parts, dv))
+            .reserve(partial_bytes(rows, parts, dv), id.index())
             .map(|base| (base, q8.operand())),
         _ => None,
     };
     // The products that read the result find it quantized (rows of whole
     // blocks: each workgroup quantizes the row it wrote).
     let quant = q8
-        .as_ref()
-        .and_then(|q| q.plan_for(graph, id))
-        .filter(|_| dv % 32 == 0);
+        .as_mut()
+        .filter(|_| dv % 32 == 0)
+        .and_then(|q| q.plan_for(graph, id));
     let mut call = call(dst, at)?;
     let body = if rows_kernel {
         ATTENTION_ROWS

@@ -66,9 +66,13 @@ pub(crate) fn compute(
         if node.is_leaf() || node.op.is_view() || node.op == Op::Transfer {
             continue;
         }
-        if let (Some(q8), Some(root)) = (q8.as_mut(), node.view_src) {
-            // This node writes into another tensor's memory.
-            q8.written(root);
+        if let Some(q8) = q8.as_mut() {
+            // Regions no later product reads are free again.
+            q8.retire(id.index());
+            if let Some(root) = node.view_src {
+                // This node writes into another tensor's memory.
+                q8.written(root);
+            }
         }
         if fused.contains(&Some(id)) {
             continue;
@@ -90,7 +94,7 @@ pub(crate) fn compute(
             let n = graph.layout(run.result())?.ne[0];
             let whole_blocks = n % 32 == 0 && n <= 2048;
             let quant = q8
-                .as_ref()
+                .as_mut()
                 .filter(|_| whole_blocks)
                 .and_then(|q| q.plan_for(graph, run.result()));
             if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())

@@ -493,7 +493,8 @@ pub(crate) fn encode_node(
                 0,
             ];
             // The products that read the result find it quantized.
-            let quant = q8.as_ref().and_then(|q| q.plan_for(graph, id));
+            let mut q8 = q8;
+            let quant = q8.as_mut().and_then(|q| q.plan_for(graph, id));
             match (&quant, q8) {
                 (Some(q), Some(q8)) => {
                     q.bind(&mut call, 2, 0)?;
@@ -561,7 +562,9 @@ pub(crate) fn encode_node(
                 && matvec_q8::takes(&a.layout, &b.layout)
             {
                 let (root, _) = graph.memory_root(b_id)?;
-                return matvec_q8::encode(batch, core, q8, (b_id, root, b), &dst, a);
+                if matvec_q8::encode(batch, core, q8, (b_id, root, b), &dst, a)? {
+                    return Ok(());
+                }
             }
             let overflow = || Error::Overflow("MUL_MAT workgroups".into());
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;

@@ -37,11 +37,14 @@ mod fuse;
 mod fuse_rope;
 #[cfg(test)]
 mod fused_quant_tests;
+mod matmul_q8;
 mod matvec_q8;
 mod matvec_rows;
 mod merge_products;
 mod params;
 mod pipelines;
+mod q8_regions;
+mod q8_scratch;
 #[cfg(test)]
 mod rounding_tests;
 mod staging;

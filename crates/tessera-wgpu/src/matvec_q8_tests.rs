@@ -8,7 +8,8 @@ use tessera::{DType, Graph, Stream};
 /// times 1, 3 and 8 columns, two products sharing their activations: each result within
 /// the bound of quantizing the activations (half of each block's step
 /// per value, times the weights' magnitudes) of the f64 product of the
-/// dequantized weights; one quantization for both products.
+/// dequantized weights, and equal but for rounding to the f64 product of
+/// the activations as quantized; one quantization for both products.
 #[test]
 fn integer_products_are_within_the_activation_quantization_bound() {
     let Some(dev) = crate::test_device() else {
@@ -22,50 +23,77 @@ fn integer_products_are_within_the_activation_quantization_bound() {
     let mut rnd = move || values.next().unwrap();
     for wt in super::TYPES {
         for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
-            let m = 37;
-            let mut g = Graph::new();
-            let w1 = g.input("w1", wt, &[k, m]).unwrap();
-            let w2 = g.input("w2", wt, &[k, m]).unwrap();
-            let x = g.input("x", DType::F32, &[k, cols]).unwrap();
-            let y1 = g.mul_mat(w1, x).unwrap();
-            let y2 = g.mul_mat(w2, x).unwrap();
-            g.set_output(y1).unwrap();
-            g.set_output(y2).unwrap();
-            let (pl, _galloc) = crate::test_placement(&dev, &g);
-            let mut ws = Vec::new();
-            for w in [w1, w2] {
-                let f: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
-                let mut q = vec![0u8; wt.row_size(k).unwrap() * m];
-                tessera::quant::from_f32(wt, &f, &mut q).unwrap();
-                let mut deq = vec![0f32; k * m];
-                tessera::quant::to_f32(wt, &q, &mut deq).unwrap();
-                pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
-                ws.push(deq);
-            }
-            // Some columns with a large value: coarse steps elsewhere.
-            let xs: Vec<f32> = (0..k * cols)
-                .map(|i| if i % 97 == 5 { 40.0 } else { rnd() })
-                .collect();
-            pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
-            let before = crate::batch::counts::now().0;
-            stream.compute(&g, &pl).unwrap();
-            let dispatches = crate::batch::counts::now().0 - before;
-            assert_eq!(dispatches, 3, "{wt}: one quantization, two products");
-            for (w, y) in ws.iter().zip([y1, y2]) {
-                let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
-                within_bound(w, &xs, &got, (k, m, cols), &format!("{wt}"));
-            }
+            two_products(&dev, &stream, wt, (k, 37, cols), &mut rnd, "");
         }
     }
     crate::merge_products::force(None);
     super::force(None);
 }
 
+/// Weights of type `wt` (`k` x `m`) from `rnd`: the quantized bytes and
+/// their dequantized values.
+pub(crate) fn weights(
+    wt: DType,
+    k: usize,
+    m: usize,
+    rnd: &mut impl FnMut() -> f32,
+) -> (Vec<u8>, Vec<f32>) {
+    let f: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
+    let mut q = vec![0u8; wt.row_size(k).unwrap() * m];
+    tessera::quant::from_f32(wt, &f, &mut q).unwrap();
+    let mut deq = vec![0f32; k * m];
+    tessera::quant::to_f32(wt, &q, &mut deq).unwrap();
+    (q, deq)
+}
+
+/// Two products of `wt` weights (`k` x `m`, from `rnd`) by one input of
+/// `cols` columns (some blocks with a large value: coarse steps there),
+/// computed on `dev`: one quantization and one dispatch per product, each
+/// result within [`within_bound`] and [`within_rounding`].
+pub(crate) fn two_products(
+    dev: &crate::WgpuDevice,
+    stream: &crate::stream::WgpuStream,
+    wt: DType,
+    (k, m, cols): (usize, usize, usize),
+    rnd: &mut impl FnMut() -> f32,
+    what: &str,
+) {
+    let mut g = Graph::new();
+    let w1 = g.input("w1", wt, &[k, m]).unwrap();
+    let w2 = g.input("w2", wt, &[k, m]).unwrap();
+    let x = g.input("x", DType::F32, &[k, cols]).unwrap();
+    let y1 = g.mul_mat(w1, x).unwrap();
+    let y2 = g.mul_mat(w2, x).unwrap();
+    g.set_output(y1).unwrap();
+    g.set_output(y2).unwrap();
+    let (pl, _galloc) = crate::test_placement(dev, &g);
+    let mut ws = Vec::new();
+    for w in [w1, w2] {
+        let (q, deq) = weights(wt, k, m, rnd);
+        pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+        ws.push(deq);
+    }
+    let xs: Vec<f32> = (0..k * cols)
+        .map(|i| if i % 97 == 5 { 40.0 } else { rnd() })
+        .collect();
+    pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+    let before = crate::batch::counts::now().0;
+    stream.compute(&g, &pl).unwrap();
+    let dispatches = crate::batch::counts::now().0 - before;
+    assert_eq!(dispatches, 3, "{wt}{what}: one quantization, two products");
+    let what = format!("{wt}{what}");
+    for (w, y) in ws.iter().zip([y1, y2]) {
+        let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
+        within_bound(w, &xs, &got, (k, m, cols), &what);
+        within_rounding(w, &xs, &got, (k, m, cols), &what);
+    }
+}
+
 /// `got` (m x cols) against the f64 product of `w` (m rows of k) and
 /// `xs` (cols columns of k), within the bound of quantizing the
 /// activations: half a step of each 32 values' scale per value, times
 /// the weights' magnitudes.
-fn within_bound(
+pub(crate) fn within_bound(
     w: &[f32],
     xs: &[f32],
     got: &[f32],
@@ -182,4 +210,52 @@ fn an_input_first_read_by_another_weight_type_is_still_planned() {
     let got = pl.tensor(&g, yq).unwrap().read_f32().unwrap();
     within_bound(&deq, &xs, &got, (k, m, 1), "q8_0 after f16");
     super::force(None);
+}
+
+/// `xs` (columns of `k`) as the kernels see them: each 32 values
+/// quantized as `q8_block.wgsl` does (d = max |x| / 127, q = x / d
+/// rounded half to even, clamped to ±127) and dequantized, q d.
+fn quantized_activations(xs: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(xs.len());
+    for b in xs.chunks(32) {
+        let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(
+            b.iter()
+                .map(|&x| (x * id).round_ties_even().clamp(-127.0, 127.0) * d),
+        );
+    }
+    out
+}
+
+/// `got` (m x cols) against the f64 product of `w` and the activations
+/// quantized as the kernels quantize them (`quantized_activations`):
+/// equal but for float rounding (1e-5 of the sum of the products'
+/// magnitudes). A wrong code, scale or offset of any weight type shows
+/// here long before it leaves [`within_bound`]'s bound.
+pub(crate) fn within_rounding(
+    w: &[f32],
+    xs: &[f32],
+    got: &[f32],
+    (k, m, cols): (usize, usize, usize),
+    what: &str,
+) {
+    let xq = quantized_activations(xs);
+    for c in 0..cols {
+        let xc = &xq[c * k..(c + 1) * k];
+        for r in 0..m {
+            let wr = &w[r * k..(r + 1) * k];
+            let (mut want, mut mag) = (0f64, 0f64);
+            for (&wv, &xv) in wr.iter().zip(xc) {
+                want += f64::from(wv) * f64::from(xv);
+                mag += (f64::from(wv) * f64::from(xv)).abs();
+            }
+            let v = f64::from(got[c * m + r]);
+            assert!(
+                (v - want).abs() <= 1e-5 * mag + 1e-6,
+                "{what} k={k} column {c} row {r}: {v} vs {want} (products' magnitude {mag})"
+            );
+        }
+    }
 }

@@ -85,7 +85,9 @@ fn product(
     let (Some(dst), Some(a), Some(b)) = (get(id)?, get(a)?, get(b)?) else {
         return Ok(None);
     };
-    Ok(matvec_q8::takes(&a.layout, &b.layout).then_some(Product { dst, a, b }))
+    // The matrix-vector kernel's (the tiled one computes one product).
+    let few = b.layout.ne[1] <= matvec_q8::MAX_COLS;
+    Ok((few && matvec_q8::takes(&a.layout, &b.layout)).then_some(Product { dst, a, b }))
 }
 
 /// The run that starts at node `id` (see the module docs), if two or more
@@ -169,8 +171,7 @@ pub(crate) fn encode(
     };
     let (root, _) = graph.memory_root(b_id)?;
     let pairs: Vec<(&Operand, &Operand)> = members.iter().map(|p| (&p.dst, &p.a)).collect();
-    matvec_q8::encode_merged(batch, core, q8, (b_id, root, &members[0].b), &pairs)?;
-    Ok(true)
+    matvec_q8::encode_merged(batch, core, q8, (b_id, root, &members[0].b), &pairs)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 // matvec_q8.wgsl: MUL_MAT of quantized weights (src0: Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q6_K) with up to MQ_COLS columns that quant_act.wgsl
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) with up to MQ_COLS
+// columns that quant_act.wgsl
 // quantized (src1: the scratch, bound as 16-byte vectors). Every 32 values
 // (a unit: a block, or a sub-block of a K-quant) the weights' codes are
 // packed four to a word and meet the activations' bytes in dot4I8Packed:
@@ -12,127 +13,11 @@
 // y = byte of their (d, s) pairs, z = columns, w = products merged into
 // the dispatch beyond the first (0-2: products of the same activations by
 // weights of one type, in the same buffers; see main). The host prepends
-// MQ_COLS (1 or 8) and matmul_common.wgsl.
+// MQ_COLS (1 or 8), matmul_common.wgsl and mq_unit.wgsl.
 
 const MQ_LANES: u32 = 64u;
 const MQ_WG: u32 = 128u;
 var<workgroup> mq_part: array<f32, 1024>; // MQ_COLS * MQ_WG, at most 8 * 128
-
-// Four words of src0 from byte `p` (a multiple of 2): five aligned loads
-// and selects, not a branch (18- and 34-byte blocks alternate their
-// alignment from lane to lane).
-fn mq_words4(p: u32) -> vec4<u32> {
-    let w = p >> 2u;
-    let a0 = s0_w(w);
-    let a1 = s0_w(w + 1u);
-    let a2 = s0_w(w + 2u);
-    let a3 = s0_w(w + 3u);
-    let a4 = s0_w(w + 4u);
-    let lo = vec4<u32>(a0, a1, a2, a3);
-    let hi = vec4<u32>(a1, a2, a3, a4);
-    let odd = vec4<bool>((p & 2u) != 0u);
-    return select(lo, (lo >> vec4<u32>(16u)) | (hi << vec4<u32>(16u)), odd);
-}
-
-// The f16 at byte `p` of src0 (a multiple of 2).
-fn mq_f16(p: u32) -> f32 {
-    return unpack2x16float(s0_h(p)).x;
-}
-
-// Fifth bits: bit 4 w + i of `h` to bit 4 of byte i of word w.
-fn mq_bits5(h: u32) -> vec4<u32> {
-    let b = (vec4<u32>(h) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u);
-    return ((b & vec4<u32>(1u)) << vec4<u32>(4u)) | ((b & vec4<u32>(2u)) << vec4<u32>(11u))
-        | ((b & vec4<u32>(4u)) << vec4<u32>(18u)) | ((b & vec4<u32>(8u)) << vec4<u32>(25u));
-}
-
-// Bytes less 32 (each byte below 0x80), without borrows between bytes.
-fn mq_sub32(x: vec4<u32>) -> vec4<u32> {
-    let t = vec4<u32>(0x80808080u);
-    return ((x | t) - vec4<u32>(0x20202020u)) ^ t;
-}
-
-struct MqUnit {
-    w0: vec4<u32>,
-    w1: vec4<u32>,
-    // fa, fb, fs.
-    f: vec3<f32>,
-}
-
-// Unit b (values 32 b..32 b + 32) of the row at byte `a`.
-fn mq_unit(a: u32, b: u32) -> MqUnit {
-    var u: MqUnit;
-    let m4 = vec4<u32>(0x0f0f0f0fu);
-    if (s0_T == T_Q8_0) {
-        let blk = a + b * s0_TS;
-        let dw = mq_f16(blk);
-        u.w0 = mq_words4(blk + 2u);
-        u.w1 = mq_words4(blk + 18u);
-        u.f = vec3<f32>(dw, dw, 0.0);
-    } else if (s0_T == T_Q4_K) {
-        let blk = a + (b >> 3u) * s0_TS;
-        let j = b & 7u;
-        let d = mq_f16(blk);
-        let dmin = mq_f16(blk + 2u);
-        let sm = q4k_scale_min(blk, j);
-        // Sub-blocks 2 i and 2 i + 1: the low and high nibbles of 32 bytes.
-        let q = blk + 16u + 32u * (j >> 1u);
-        let sh = vec4<u32>(4u * (j & 1u));
-        u.w0 = (mq_words4(q) >> sh) & m4;
-        u.w1 = (mq_words4(q + 16u) >> sh) & m4;
-        u.f = vec3<f32>(d * sm.x, d * sm.x, -dmin * sm.y);
-    } else if (s0_T == T_Q6_K) {
-        // Half h of 128 values, quarter q of 32 in it: bytes l = 0..32 of
-        // ql (from 32 (q & 1)), nibble q >> 1; two bits 2 q of qh[l];
-        // scales 2 q and 2 q + 1 of the half (16 values each).
-        let blk = a + (b >> 3u) * s0_TS;
-        let h = (b >> 2u) & 1u;
-        let q = b & 3u;
-        let ql = blk + 64u * h + 32u * (q & 1u);
-        let qh = blk + 128u + 32u * h;
-        let nsh = vec4<u32>(4u * (q >> 1u));
-        let hsh = vec4<u32>(2u * q);
-        let c0 = ((mq_words4(ql) >> nsh) & m4)
-            | (((mq_words4(qh) >> hsh) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-        let c1 = ((mq_words4(ql + 16u) >> nsh) & m4)
-            | (((mq_words4(qh + 16u) >> hsh) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-        u.w0 = mq_sub32(c0);
-        u.w1 = mq_sub32(c1);
-        let sc = blk + 192u + 8u * h + 2u * q;
-        let d = mq_f16(blk + 208u);
-        u.f = vec3<f32>(d * f32(sext8(s0_b(sc))), d * f32(sext8(s0_b(sc + 1u))), 0.0);
-    } else {
-        // Q4_0, Q4_1, Q5_0, Q5_1: byte j holds values j (low nibble) and
-        // 16 + j (high).
-        let blk = a + b * s0_TS;
-        let dw = mq_f16(blk);
-        var qs = blk + 2u;
-        var fs = -8.0 * dw;
-        var qh = 0u;
-        if (s0_T == T_Q4_1) {
-            fs = mq_f16(blk + 2u);
-            qs = blk + 4u;
-        } else if (s0_T == T_Q5_0) {
-            qh = s0_h(blk + 2u) | (s0_h(blk + 4u) << 16u);
-            qs = blk + 6u;
-            fs = -16.0 * dw;
-        } else if (s0_T == T_Q5_1) {
-            fs = mq_f16(blk + 2u);
-            qh = s0_h(blk + 4u) | (s0_h(blk + 6u) << 16u);
-            qs = blk + 8u;
-        }
-        let q = mq_words4(qs);
-        u.w0 = (q & m4) | mq_bits5(qh);
-        u.w1 = ((q >> vec4<u32>(4u)) & m4) | mq_bits5(qh >> 16u);
-        u.f = vec3<f32>(dw, dw, fs);
-    }
-    return u;
-}
-
-fn mq_dot(w: vec4<u32>, y: vec4<u32>) -> i32 {
-    return dot4I8Packed(w.x, y.x) + dot4I8Packed(w.y, y.y) + dot4I8Packed(w.z, y.z)
-        + dot4I8Packed(w.w, y.w);
-}
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -1,0 +1,116 @@
+// matmul_q8.wgsl: MUL_MAT of quantized weights (the types of
+// matvec_q8.wgsl, whose mq_unit and mq_dot this kernel shares: the host
+// prepends both) with many columns, which quant_act.wgsl (or the node that
+// computed them) quantized to bytes per 32 values: a tiled product by
+// integer dot products. Each workgroup of 256 computes a 64 x 64 tile of
+// dst, two units (64 values of k) a step: 128 invocations decode a row's
+// unit each (its codes packed four to a word and its factors), 128 load a
+// column's quantized unit each, all into workgroup memory; then every
+// invocation takes 4 rows x 4 columns (rows ty + 16 r, columns tx + 16 c),
+// each pair of a unit: exact sums isum0 (values 0..16) and isum1 (16..32)
+// by dot4I8Packed, scaled once as in matvec_q8.wgsl:
+// dy * (fa * isum0 + fb * isum1) + fs * sy. Units past the row's end,
+// rows past m and columns past n stage zeros.
+// P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
+// of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)),
+// z = columns.
+
+const QT: u32 = 64u;
+// Staged words: [(u * 2 + half) * 64 + row] (a row's unit in two vec4s).
+var<workgroup> qa_w: array<vec4<u32>, 256>;
+// A row's unit's (fa, fb, fs): [u * 64 + row].
+var<workgroup> qa_f: array<vec4<f32>, 128>;
+var<workgroup> qb_w: array<vec4<u32>, 256>;
+// A column's unit's (d, d * sum): [u * 64 + column].
+var<workgroup> qb_f: array<vec2<f32>, 128>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = group_index(wid, nwg);
+    if (g >= P.off2.y) {
+        return;
+    }
+    let m = P.ne_d.x;
+    let n = P.iu.z;
+    let k = P.ne_0.x;
+    let nb = k / 32u;
+    let tile = mm_tile(g, QT, QT);
+    let r0 = tile.x * QT;
+    let c0 = tile.y * QT;
+    let t = lid.x;
+    let tx = t % 16u;
+    let ty = t / 16u;
+    // Staging: invocation s of each half takes unit s % 2 of row (or
+    // column) s / 2: neighbours read neighbouring bytes.
+    let s = t % 128u;
+    let su = s % 2u;
+    let sr = s / 2u;
+    var acc: array<vec4<f32>, 4>;
+    for (var b0 = 0u; b0 < nb; b0 = b0 + 2u) {
+        let b = b0 + su;
+        if (t < 128u) {
+            let row = r0 + sr;
+            var w0 = vec4<u32>(0u);
+            var w1 = vec4<u32>(0u);
+            var f = vec4<f32>(0.0);
+            if (row < m && b < nb) {
+                let un = mq_unit(P.off.y + row * P.nb_0.y, b);
+                w0 = un.w0;
+                w1 = un.w1;
+                f = vec4<f32>(un.f, 0.0);
+            }
+            qa_w[(2u * su) * QT + sr] = w0;
+            qa_w[(2u * su + 1u) * QT + sr] = w1;
+            qa_f[su * QT + sr] = f;
+        } else {
+            let col = c0 + sr;
+            var w0 = vec4<u32>(0u);
+            var w1 = vec4<u32>(0u);
+            var f = vec2<f32>(0.0);
+            if (col < n && b < nb) {
+                let yq = P.iu.x + col * k + 32u * b;
+                w0 = s1_v4(yq);
+                w1 = s1_v4(yq + 16u);
+                let pw = (P.iu.y >> 2u) + 2u * (col * nb + b);
+                f = vec2<f32>(bitcast<f32>(s1_w(pw)), bitcast<f32>(s1_w(pw + 1u)));
+            }
+            qb_w[(2u * su) * QT + sr] = w0;
+            qb_w[(2u * su + 1u) * QT + sr] = w1;
+            qb_f[su * QT + sr] = f;
+        }
+        workgroupBarrier();
+        for (var u = 0u; u < 2u; u = u + 1u) {
+            var y0: array<vec4<u32>, 4>;
+            var y1: array<vec4<u32>, 4>;
+            var yf: array<vec2<f32>, 4>;
+            for (var c = 0u; c < 4u; c = c + 1u) {
+                y0[c] = qb_w[(2u * u) * QT + tx + 16u * c];
+                y1[c] = qb_w[(2u * u + 1u) * QT + tx + 16u * c];
+                yf[c] = qb_f[u * QT + tx + 16u * c];
+            }
+            for (var r = 0u; r < 4u; r = r + 1u) {
+                let a0 = qa_w[(2u * u) * QT + ty + 16u * r];
+                let a1 = qa_w[(2u * u + 1u) * QT + ty + 16u * r];
+                let af = qa_f[u * QT + ty + 16u * r];
+                var v = acc[r];
+                for (var c = 0u; c < 4u; c = c + 1u) {
+                    let i0 = f32(mq_dot(a0, y0[c]));
+                    let i1 = f32(mq_dot(a1, y1[c]));
+                    v[c] = v[c] + yf[c].x * (af.x * i0 + af.y * i1) + af.z * yf[c].y;
+                }
+                acc[r] = v;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r = r + 1u) {
+        let row = r0 + ty + 16u * r;
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            let col = c0 + tx + 16u * c;
+            if (row < m && col < n) {
+                d_st(P.off.x + row * P.nb_d.x + col * P.nb_d.y, acc[r][c]);
+            }
+        }
+    }
+}
