@@ -296,18 +296,19 @@ mod tests {
 
     const EPS: f32 = 1e-6;
 
-    /// `x` [64, 3, 2] normalized and multiplied by `w` (shape `w_ne`); with
-    /// `extra`, the norm's result is also added to `x` (a second reader) or
-    /// made an output. Returns (y, the extra result, dispatches).
+    /// `x` [ne0, 3, 2] normalized and multiplied by `w` (shape `w_ne`);
+    /// with `extra`, the norm's result is also added to `x` (a second
+    /// reader) or made an output. Returns (y, the extra result, dispatches).
     fn run(
         dev: &WgpuDevice,
+        ne0: usize,
         w_ne: &[usize],
         extra: Option<&str>,
         x: &[f32],
         w: &[f32],
     ) -> (Vec<f32>, Vec<f32>, u64) {
         let mut g = Graph::new();
-        let xi = g.input("x", DType::F32, &[64, 3, 2]).unwrap();
+        let xi = g.input("x", DType::F32, &[ne0, 3, 2]).unwrap();
         let wi = g.input("w", DType::F32, w_ne).unwrap();
         let t = g.rms_norm(xi, EPS).unwrap();
         let y = g.mul(t, wi).unwrap();
@@ -332,16 +333,20 @@ mod tests {
     }
 
     /// The f64 reference: `rms_norm(x) * w` with `w` broadcast over rows
-    /// (`w` per row `r` of the [64, 3, 2] tensor: `w_of(r, i)`).
-    fn reference(x: &[f32], w_of: impl Fn(usize, usize) -> f32) -> Vec<f64> {
+    /// (`w` per row `r` of the [ne0, 3, 2] tensor: `w_of(r, i)`).
+    fn reference(x: &[f32], ne0: usize, w_of: impl Fn(usize, usize) -> f32) -> Vec<f64> {
         let mut out = Vec::new();
-        for (r, row) in x.chunks(64).enumerate() {
-            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 64.0;
+        for (r, row) in x.chunks(ne0).enumerate() {
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / ne0 as f64;
             let s = 1.0 / (ms + f64::from(EPS)).sqrt();
-            out.extend((0..64).map(|i| f64::from(row[i]) * s * f64::from(w_of(r, i))));
+            out.extend((0..ne0).map(|i| f64::from(row[i]) * s * f64::from(w_of(r, i))));
         }
         out
     }
+
+    /// Row lengths the fused norm kernel takes with the row in registers
+    /// (64) and by loops over memory (2,100: more than 2,048).
+    const ROWS: [usize; 2] = [64, 2100];
 
     fn close(got: &[f32], want: &[f64], what: &str) {
         assert_eq!(got.len(), want.len(), "{what}");
@@ -362,48 +367,57 @@ mod tests {
         let Some(dev) = crate::test_device() else {
             return;
         };
-        let av: Vec<f32> = (0..384)
-            .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
-            .collect();
-        let bv: Vec<f32> = (0..384)
-            .map(|i| ((i * 11) % 53) as f32 * 0.03 - 0.7)
-            .collect();
-        let wv: Vec<f32> = (0..128).map(|i| 0.5 + i as f32 * 0.01).collect();
-        let run = |norm_out: bool| {
-            let mut g = Graph::new();
-            let a = g.input("a", DType::F32, &[64, 3, 2]).unwrap();
-            let b = g.input("b", DType::F32, &[64, 3, 2]).unwrap();
-            let w = g.input("w", DType::F32, &[64, 1, 2]).unwrap();
-            let h = g.add(a, b).unwrap();
-            let t = g.rms_norm(h, EPS).unwrap();
-            let y = g.mul(t, w).unwrap();
-            let z = g.add(h, a).unwrap();
-            for o in [y, z] {
-                g.set_output(o).unwrap();
-            }
-            if norm_out {
-                g.set_output(t).unwrap();
-            }
-            let stream = dev.new_wgpu_stream().unwrap();
-            let (pl, _galloc) = crate::test_placement(&dev, &g);
-            pl.tensor(&g, a).unwrap().write_f32(&av).unwrap();
-            pl.tensor(&g, b).unwrap().write_f32(&bv).unwrap();
-            pl.tensor(&g, w).unwrap().write_f32(&wv).unwrap();
-            let before = crate::batch::counts::now().0;
-            stream.compute(&g, &pl).unwrap();
-            let n = crate::batch::counts::now().0 - before;
-            let read = |id| pl.tensor(&g, id).unwrap().read_f32().unwrap();
-            (read(y), read(z), n)
-        };
-        let (y, z, n) = run(false);
-        assert_eq!(n, 2, "ADD + RMS_NORM + MUL, then the second ADD");
-        let h: Vec<f32> = av.iter().zip(&bv).map(|(a, b)| a + b).collect();
-        close(&y, &reference(&h, |r, i| wv[64 * (r / 3) + i]), "fused");
-        let zw: Vec<f32> = h.iter().zip(&av).map(|(h, a)| h + a).collect();
-        assert_eq!(z, zw, "the sum, written, read by the second ADD");
-        let (y2, z2, n2) = run(true);
-        assert_eq!(n2, 4, "nothing fused: the norm is an output");
-        assert_eq!((y2, z2), (y, z), "fused and unfused agree bit for bit");
+        for ne0 in ROWS {
+            let av: Vec<f32> = (0..6 * ne0)
+                .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
+                .collect();
+            let bv: Vec<f32> = (0..6 * ne0)
+                .map(|i| ((i * 11) % 53) as f32 * 0.03 - 0.7)
+                .collect();
+            let wv: Vec<f32> = (0..2 * ne0)
+                .map(|i| 0.5 + (i % 128) as f32 * 0.01)
+                .collect();
+            let run = |norm_out: bool| {
+                let mut g = Graph::new();
+                let a = g.input("a", DType::F32, &[ne0, 3, 2]).unwrap();
+                let b = g.input("b", DType::F32, &[ne0, 3, 2]).unwrap();
+                let w = g.input("w", DType::F32, &[ne0, 1, 2]).unwrap();
+                let h = g.add(a, b).unwrap();
+                let t = g.rms_norm(h, EPS).unwrap();
+                let y = g.mul(t, w).unwrap();
+                let z = g.add(h, a).unwrap();
+                for o in [y, z] {
+                    g.set_output(o).unwrap();
+                }
+                if norm_out {
+                    g.set_output(t).unwrap();
+                }
+                let stream = dev.new_wgpu_stream().unwrap();
+                let (pl, _galloc) = crate::test_placement(&dev, &g);
+                pl.tensor(&g, a).unwrap().write_f32(&av).unwrap();
+                pl.tensor(&g, b).unwrap().write_f32(&bv).unwrap();
+                pl.tensor(&g, w).unwrap().write_f32(&wv).unwrap();
+                let before = crate::batch::counts::now().0;
+                stream.compute(&g, &pl).unwrap();
+                let n = crate::batch::counts::now().0 - before;
+                let read = |id| pl.tensor(&g, id).unwrap().read_f32().unwrap();
+                (read(y), read(z), n)
+            };
+            let (y, z, n) = run(false);
+            assert_eq!(n, 2, "ADD + RMS_NORM + MUL, then the second ADD");
+            let h: Vec<f32> = av.iter().zip(&bv).map(|(a, b)| a + b).collect();
+            let want = reference(&h, ne0, |r, i| wv[ne0 * (r / 3) + i]);
+            close(&y, &want, &format!("fused, rows of {ne0}"));
+            let zw: Vec<f32> = h.iter().zip(&av).map(|(h, a)| h + a).collect();
+            assert_eq!(z, zw, "the sum, written, read by the second ADD");
+            let (y2, z2, n2) = run(true);
+            assert_eq!(n2, 4, "nothing fused: the norm is an output");
+            assert_eq!(
+                (y2, z2),
+                (y, z),
+                "fused and unfused agree bit for bit ({ne0})"
+            );
+        }
     }
 
     #[test]
@@ -411,31 +425,39 @@ mod tests {
         let Some(dev) = crate::test_device() else {
             return;
         };
-        let x: Vec<f32> = (0..384)
+        for ne0 in ROWS {
+            rms_norm_and_mul(&dev, ne0);
+        }
+    }
+
+    fn rms_norm_and_mul(dev: &WgpuDevice, ne0: usize) {
+        let x: Vec<f32> = (0..6 * ne0)
             .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
             .collect();
-        let w64: Vec<f32> = (0..64).map(|i| 0.5 + i as f32 * 0.03).collect();
-        let w128: Vec<f32> = (0..128).map(|i| 1.5 - i as f32 * 0.02).collect();
+        let w64: Vec<f32> = (0..ne0).map(|i| 0.5 + (i % 64) as f32 * 0.03).collect();
+        let w128: Vec<f32> = (0..2 * ne0)
+            .map(|i| 1.5 - (i % 128) as f32 * 0.02)
+            .collect();
 
         // Weights per element of a row: fused, one dispatch.
-        let (y, _, n) = run(&dev, &[64], None, &x, &w64);
+        let (y, _, n) = run(dev, ne0, &[ne0], None, &x, &w64);
         assert_eq!(n, 1, "RMS_NORM + MUL in one dispatch");
-        close(&y, &reference(&x, |_, i| w64[i]), "fused");
-        // Weights broadcast per row over dimension 2 (64 x 1 x 2).
-        let (y2, _, n) = run(&dev, &[64, 1, 2], None, &x, &w128);
+        close(&y, &reference(&x, ne0, |_, i| w64[i]), "fused");
+        // Weights broadcast per row over dimension 2 (ne0 x 1 x 2).
+        let (y2, _, n) = run(dev, ne0, &[ne0, 1, 2], None, &x, &w128);
         assert_eq!(n, 1);
         close(
             &y2,
-            &reference(&x, |r, i| w128[64 * (r / 3) + i]),
+            &reference(&x, ne0, |r, i| w128[ne0 * (r / 3) + i]),
             "broadcast",
         );
 
         // A second reader of the norm: two dispatches and the reader's
         // value right; the MUL bit for bit the fused one.
-        let (y3, z, n) = run(&dev, &[64], Some("reader"), &x, &w64);
+        let (y3, z, n) = run(dev, ne0, &[ne0], Some("reader"), &x, &w64);
         assert_eq!(n, 3, "not fused: the norm has another reader");
-        assert_eq!(y3, y, "fused and unfused MUL agree bit for bit");
-        let norm = reference(&x, |_, _| 1.0);
+        assert_eq!(y3, y, "fused and unfused MUL agree bit for bit ({ne0})");
+        let norm = reference(&x, ne0, |_, _| 1.0);
         let want: Vec<f64> = norm
             .iter()
             .zip(&x)
@@ -444,7 +466,7 @@ mod tests {
         close(&z, &want, "the other reader");
 
         // The norm is an output: written, not fused.
-        let (y4, t, n) = run(&dev, &[64], Some("output"), &x, &w64);
+        let (y4, t, n) = run(dev, ne0, &[ne0], Some("output"), &x, &w64);
         assert_eq!(n, 2, "not fused: the norm is an output");
         assert_eq!(y4, y);
         close(&t, &norm, "the norm as an output");

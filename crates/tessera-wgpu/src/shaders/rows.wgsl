@@ -80,6 +80,81 @@ fn quantize_row(l: u32, row: u32, n: u32) {
     }
 }
 
+// Values of a row each invocation keeps in registers in the fused norms
+// (rows of at most 256 RV values).
+const RV: u32 = 8u;
+
+// Modes 6 and 7 for a row of at most 256 RV values, as main's loops compute
+// them (the same operations in the same order: the same bits), with the
+// row's values kept in registers: every load of a loop is issued before
+// its first store. Stores into a storage buffer may alias any other (in a
+// model the sum, the output and the input often share one buffer), so in
+// main's loops each iteration's loads wait for the previous iteration's
+// stores: one round trip to memory per value, which dominated a decoding
+// step's one-row norms.
+fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u32,
+        d_row: u32) {
+    var h: array<f32, RV>;
+    for (var j = 0u; j < RV; j = j + 1u) {
+        let e = l + 256u * j;
+        if (e < n) {
+            h[j] = s0_ld(x_row + e * P.nb_0.x);
+        }
+    }
+    var sq = 0.0;
+    var w_row = 0u;
+    if (mode == 7u) {
+        let b_row = P.off.z + i.x * P.nb_1.y + i.y * P.nb_1.z + i.z * P.nb_1.w;
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                h[j] = h[j] + s1_ld(b_row + e * P.nb_1.x);
+            }
+        }
+        let h_row = P.off2.x + i.x * P.nb_3.y + i.y * P.nb_3.z + i.z * P.nb_3.w;
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                s3_st(h_row + e * P.nb_3.x, h[j]);
+                sq = sq + h[j] * h[j];
+            }
+        }
+        w_row = P.off.w + (i.x % P.ne_2.y) * P.nb_2.y + (i.y % P.ne_2.z) * P.nb_2.z
+            + (i.z % P.ne_2.w) * P.nb_2.w;
+    } else {
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                sq = sq + h[j] * h[j];
+            }
+        }
+        w_row = P.off.z + (i.x % P.ne_1.y) * P.nb_1.y + (i.y % P.ne_1.z) * P.nb_1.z
+            + (i.z % P.ne_1.w) * P.nb_1.w;
+    }
+    sq = reduce_sum(l, sq);
+    let scale = 1.0 / sqrt(sq / f32(n) + P.fp.x);
+    var w: array<f32, RV>;
+    for (var j = 0u; j < RV; j = j + 1u) {
+        let e = l + 256u * j;
+        if (e < n) {
+            if (mode == 7u) {
+                w[j] = s2_ld(w_row + (e % P.ne_2.x) * P.nb_2.x);
+            } else {
+                w[j] = s1_ld(w_row + (e % P.ne_1.x) * P.nb_1.x);
+            }
+        }
+    }
+    for (var j = 0u; j < RV; j = j + 1u) {
+        let e = l + 256u * j;
+        if (e < n) {
+            norm_out(d_row + e * P.nb_d.x, e, h[j] * scale * w[j]);
+        }
+    }
+    if (P.iu2.z == 1u) {
+        quantize_row(l, row, n);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lidv: vec3<u32>) {
@@ -164,6 +239,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             d_st(d_row + i * P.nb_d.x, y);
         }
+        return;
+    }
+    if ((mode == 6u || mode == 7u) && n <= 256u * RV) {
+        norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row);
         return;
     }
     if (mode == 7u) {
