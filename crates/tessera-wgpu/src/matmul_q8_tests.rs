@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 use tessera::{DType, Graph, Stream, TensorId};
 
-use crate::matvec_q8::tests::{two_products, weights, within_bound};
+use crate::matvec_q8::tests::{two_products, weights, within_bound, within_rounding};
 
 /// Every weight type the kernel takes, in shapes that end mid-tile (rows
 /// and columns) and, for 32-value blocks, an odd count of units (a step's
@@ -158,6 +158,87 @@ fn tiled_and_matrix_vector_integer_products_agree() {
                 );
             }
             close(got[0][13 * m + r], got[2][r], &format!("row {r} column 13"));
+        }
+    }
+    crate::merge_products::force(None);
+    crate::matvec_q8::force(None);
+    super::force(None);
+}
+
+/// Four inputs read twice each, round robin, on a device whose buffers
+/// hold at most 64 KiB: the scratch (capped there) holds three of their
+/// quantizations (19,200 bytes each) but not a fourth, so the fourth
+/// input's first product takes the float kernels, without a quantization;
+/// by its second product the other three have been read for the last time
+/// and their space is free again, so it is quantized then. Every product
+/// within the bound of the f64 product, and the integer ones also within
+/// float rounding of their quantized input.
+#[test]
+fn a_quantization_without_room_leaves_its_products_to_the_float_kernels() {
+    if crate::test_device().is_none() {
+        return;
+    }
+    let opts = crate::DeviceOptions {
+        name: Some("WGPU0.q8-small".into()),
+        max_buffer_size: Some(64 << 10),
+    };
+    let dev = crate::family().open_device(0, &opts).unwrap();
+    super::force(Some(true));
+    crate::matvec_q8::force(Some(true));
+    crate::merge_products::force(Some(false));
+    let stream = dev.new_wgpu_stream().unwrap();
+    let mut values = crate::test_values(37);
+    let mut rnd = move || values.next().unwrap();
+    let (k, m, cols) = (256, 64, 60);
+    let region = crate::q8_scratch::region_bytes(k, cols).1;
+    assert!(3 * region <= 64 << 10 && 4 * region > 64 << 10);
+    let mut g = Graph::new();
+    let w = g.input("w", DType::Q8_0, &[k, m]).unwrap();
+    let xs: Vec<TensorId> = (0..4)
+        .map(|i| g.input(&format!("x{i}"), DType::F32, &[k, cols]).unwrap())
+        .collect();
+    let mut ys = Vec::new();
+    for round in 0..2 {
+        for (i, &x) in xs.iter().enumerate() {
+            let y = g.mul_mat(w, x).unwrap();
+            g.set_output(y).unwrap();
+            ys.push((round, i, y));
+        }
+    }
+    let (pl, _galloc) = crate::test_placement(&dev, &g);
+    let (q, deq) = weights(DType::Q8_0, k, m, &mut rnd);
+    pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+    let inputs: Vec<Vec<f32>> = xs
+        .iter()
+        .map(|&x| {
+            let v: Vec<f32> = (0..k * cols).map(|_| rnd()).collect();
+            pl.tensor(&g, x).unwrap().write_f32(&v).unwrap();
+            v
+        })
+        .collect();
+    let before = crate::batch::counts::now().0;
+    stream.compute(&g, &pl).unwrap();
+    let dispatches = crate::batch::counts::now().0 - before;
+    assert_eq!(dispatches, 4 + 8, "four quantizations, eight products");
+    for (round, i, y) in ys {
+        let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
+        let what = format!("round {round}, input {i}");
+        within_bound(&deq, &inputs[i], &got, (k, m, cols), &what);
+        let float = round == 0 && i == 3;
+        if !float {
+            within_rounding(&deq, &inputs[i], &got, (k, m, cols), &what);
+        } else {
+            // The float kernel's result is nearer the f64 product than
+            // quantized activations allow for: it did not quantize.
+            let exact = (0..cols).all(|c| {
+                (0..m).all(|r| {
+                    let want: f64 = (0..k)
+                        .map(|j| f64::from(deq[r * k + j]) * f64::from(inputs[i][c * k + j]))
+                        .sum();
+                    (f64::from(got[c * m + r]) - want).abs() <= 1e-4 * want.abs().max(1.0)
+                })
+            });
+            assert!(exact, "{what}: not the float kernel's result");
         }
     }
     crate::merge_products::force(None);
