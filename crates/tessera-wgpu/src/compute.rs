@@ -104,6 +104,9 @@ pub(crate) fn compute(
                 if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
                     q8.commit(graph.memory_root(run.result())?.0, quant);
                 }
+            } else if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
+                // Not fused after all: nothing writes the region.
+                q8.cancel(quant);
             }
         }
         if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 3]) {

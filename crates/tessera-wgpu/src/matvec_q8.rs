@@ -19,9 +19,9 @@
 //! them tested.
 //!
 //! The quantized activations live in a scratch buffer of the stream
-//! ([`crate::q8_scratch`]): one region per distinct src1 of a compute, so
-//! the products that share an input (Q, K and V; gate and up) quantize it
-//! once. Activations quantized to bytes are what the CPU's dot products use
+//! ([`crate::q8_scratch`]): one region per distinct src1 of a compute
+//! while products still read it, so the products that share an input (Q,
+//! K and V; gate and up) quantize it once. Activations quantized to bytes are what the CPU's dot products use
 //! too (ggml's `vec_dot_type`); the error bound is one half step of each
 //! block's scale per value. Products of more columns take the tiled
 //! integer kernel of [`crate::matmul_q8`] over the same quantizations,

@@ -381,6 +381,12 @@ impl Compute {
         }
     }
 
+    /// `q` (from [`Compute::plan_for`], not committed) will not be
+    /// written: its region is free again.
+    pub(crate) fn cancel(&mut self, q: &Quantized) {
+        self.give_back(|l| l.at == q.base);
+    }
+
     /// `bytes` of the scratch for another kernel's own use in this compute
     /// (planned into [`scratch_bytes`]'s total by the caller), until node
     /// `until`: their byte offset, or `None` where they do not fit.

@@ -234,7 +234,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     if (P.iu2.w == 1u) {
         // Quantize the row just written (contiguous, whole blocks of 32
-        // values) for the integer matrix-vector kernel, as quant_act.wgsl
+        // values) for the integer products, as quant_act.wgsl
         // would: block j of the destination's bytes at byte iu2.y + 32 j,
         // its pair at iu2.z + 8 j, in s5 (the stream's scratch).
         storageBarrier();

@@ -4,7 +4,7 @@
 // fp.y limit).
 // iu2.z = 1 (a contiguous destination of rows of whole 32-value blocks):
 // each workgroup also quantizes the eight blocks it wrote (kept in
-// workgroup memory) for the integer matrix-vector kernel, as
+// workgroup memory) for the integer products, as
 // quant_act.wgsl would, into s2 (the stream's scratch): block j's bytes at
 // byte iu2.x + 32 j, its pair at iu2.y + 8 j.
 

@@ -1,6 +1,6 @@
 // matmul_q8.wgsl: MUL_MAT of quantized weights (the types of
-// matvec_q8.wgsl, whose mq_unit and mq_dot this kernel shares: the host
-// prepends both) with many columns, which quant_act.wgsl (or the node that
+// mq_unit.wgsl, whose mq_unit and mq_dot this kernel shares with
+// matvec_q8.wgsl: the host prepends it) with many columns, which quant_act.wgsl (or the node that
 // computed them) quantized to bytes per 32 values: a tiled product by
 // integer dot products. Each workgroup of 256 computes a 64 x 64 tile of
 // dst, two units (64 values of k) a step: 128 invocations decode a row's

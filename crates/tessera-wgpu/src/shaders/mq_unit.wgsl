@@ -39,17 +39,16 @@ fn mq_sub32(x: vec4<u32>) -> vec4<u32> {
     return ((x | t) - vec4<u32>(0x20202020u)) ^ t;
 }
 
-// Each byte (an index 0..16) to IQ4_NL's value, a signed byte.
+// Each byte (an index 0..16) to IQ4_NL's value, a signed byte: the 16
+// values packed four to a word, picked by selects (no table in memory).
 fn mq_iq4(x: vec4<u32>) -> vec4<u32> {
-    var t = array<u32, 16>(0x81u, 0x98u, 0xadu, 0xbfu, 0xcfu, 0xddu, 0xeau, 0xf6u,
-        0x01u, 0x0du, 0x19u, 0x26u, 0x35u, 0x45u, 0x59u, 0x71u);
     var out = vec4<u32>(0u);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        var w = 0u;
-        for (var j = 0u; j < 32u; j = j + 8u) {
-            w = w | (t[(x[i] >> j) & 15u] << j);
-        }
-        out[i] = w;
+    for (var j = 0u; j < 32u; j = j + 8u) {
+        let i = (x >> vec4<u32>(j)) & vec4<u32>(15u);
+        let lo = select(vec4<u32>(0xbfad9881u), vec4<u32>(0xf6eaddcfu), i >= vec4<u32>(4u));
+        let hi = select(vec4<u32>(0x26190d01u), vec4<u32>(0x71594535u), i >= vec4<u32>(12u));
+        let word = select(lo, hi, i >= vec4<u32>(8u));
+        out = out | (((word >> ((i & vec4<u32>(3u)) * 8u)) & vec4<u32>(0xffu)) << vec4<u32>(j));
     }
     return out;
 }
@@ -104,16 +103,19 @@ fn mq_unit(a: u32, b: u32) -> MqUnit {
         // Byte j of the 16 holds indices j (low nibble) and 16 + j (high)
         // into the non-linear values: an IQ4_NL block, or sub-block
         // ib = b % 8 of an IQ4_XS block with its 6-bit scale.
-        var blk = a + b * s0_TS;
-        var qs = blk + 2u;
-        var dl = mq_f16(blk);
+        var qs: u32;
+        var dl: f32;
         if (s0_T == T_IQ4_XS) {
-            blk = a + (b >> 3u) * s0_TS;
+            let blk = a + (b >> 3u) * s0_TS;
             let ib = b & 7u;
             let lo = (s0_b(blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u;
             let hi = (s0_h(blk + 2u) >> (2u * ib)) & 3u;
             dl = mq_f16(blk) * f32(i32(lo | (hi << 4u)) - 32);
             qs = blk + 8u + 16u * ib;
+        } else {
+            let blk = a + b * s0_TS;
+            dl = mq_f16(blk);
+            qs = blk + 2u;
         }
         let q = mq_words4(qs);
         u.w0 = mq_iq4(q & m4);

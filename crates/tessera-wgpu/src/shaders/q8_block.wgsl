@@ -1,5 +1,5 @@
-// q8_block.wgsl: 32 f32 values quantized for the integer matrix-vector
-// kernel (matvec_q8.wgsl), ggml's Q8_1: 32 signed bytes q = round(x / d)
+// q8_block.wgsl: 32 f32 values quantized for the integer products
+// (matvec_q8.wgsl, matmul_q8.wgsl), ggml's Q8_1: 32 signed bytes q = round(x / d)
 // with d = max |x| / 127, packed four to a word, and the pair (d, d * sum q).
 // Part of every kernel (wgsl.rs's COMMON), so that quant_act.wgsl and the
 // kernels that quantize their result as they write it (rows.wgsl,

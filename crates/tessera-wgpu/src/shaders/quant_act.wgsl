@@ -1,5 +1,5 @@
 // quant_act.wgsl: the activations of a few-column product quantized for
-// the integer matrix-vector kernel (matvec_q8.wgsl). Per 32 values of each
+// the integer products (matvec_q8.wgsl, matmul_q8.wgsl). Per 32 values of each
 // column of src0 (F32: the product's src1), a Q8Block (q8_block.wgsl). In
 // d (the scratch): column c's bytes from byte P.iu.x + c * k, the pair of
 // its block b at byte P.iu.y + 8 * (c * k / 32 + b).

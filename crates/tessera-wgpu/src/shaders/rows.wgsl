@@ -4,7 +4,7 @@
 // 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
 // 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
 // Modes 6 and 7 with iu2.z = 1 (a contiguous destination, rows of at most
-// 2048 values) also quantize each row they write for the integer matrix-vector kernel, as
+// 2048 values) also quantize each row they write for the integer products, as
 // quant_act.wgsl would, into s4 (the stream's scratch): by blocks of 32 in
 // the destination's order, block j's bytes at byte iu2.x + 32 j, its pair
 // at iu2.y + 8 j.
