@@ -12,7 +12,8 @@
 #   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
 #     ones with the 128 x 128 tile (TESSERA_WGPU_MM=big), prompts pp512,
 #     and the integer tiles op by op (n=512);
-# then where a decoding step's GPU time goes (--profile), and, with
+# then where a decoding step's and a prompt's GPU time goes (--profile,
+# --profile-prompt), and, with
 # .gpu/llama, llama.cpp's Vulkan backend live beside each.
 # Everything goes to $OUT/run.log (one file: at most 8 come back).
 #
@@ -160,5 +161,8 @@ step 150 "$T" bench ops --device wgpu0 --op "n=1," --seconds "$SECS" "${VS_OPS[@
 
 say "where a decoding step goes"
 step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL -p 0 -n 8 -r 1 --profile 4
+
+say "where a prompt goes (integer tiles)"
+step 60 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL -p "$PP" -n 0 -r 1 --profile-prompt "$PP"
 
 say "done"
