@@ -141,21 +141,31 @@ fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
 /// (`tests/data/gemma3-270m.ref`, as `crosscheck.rs` on the CPU): the 16
 /// largest logits after the prompt within llama.cpp's own noise (its two
 /// attention paths differ by that much), and 16 greedy tokens equal to
-/// llama.cpp's until, at most, a tie at that precision.
+/// llama.cpp's until, at most, a tie at that precision. The first case
+/// ("The capital of France is", 6 tokens) both ways; the fourth (9
+/// tokens: its prompt's products take the integer tiles) all on the GPU.
 #[test]
 fn gemma3_270m_on_the_gpu_and_split_continues_like_llama_cpp() {
     let Some(gpu) = gpu() else { return };
-    let cpu = Registry::global().device_by_name("cpu").unwrap();
     let refs = include_str!("data/gemma3-270m.ref");
+    for (case, placements) in [(0, &[0, 9][..]), (3, &[0][..])] {
+        gemma3_case(&gpu, refs, case, placements);
+    }
+}
+
+/// Case `case` of `refs` (0-based) with its first layer on the GPU at
+/// each of `placements`.
+fn gemma3_case(gpu: &Arc<dyn Device>, refs: &str, case: usize, placements: &[usize]) {
+    let cpu = Registry::global().device_by_name("cpu").unwrap();
     let field = |key: &str| {
         refs.lines()
-            .find_map(|l| l.strip_prefix(key))
+            .filter_map(|l| l.strip_prefix(key))
+            .nth(case)
             .unwrap()
             .split_whitespace()
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    // The first case: "The capital of France is".
     let prompt: Vec<u32> = field("prompt:")
         .iter()
         .map(|x| x.parse().unwrap())
@@ -174,7 +184,7 @@ fn gemma3_270m_on_the_gpu_and_split_continues_like_llama_cpp() {
         .collect();
     let noise: f32 = field("noise:")[0].parse().unwrap();
     assert!(top.len() == 16 && noise > 0.0 && greedy.len() == 16);
-    for first_gpu in [0, 9] {
+    for &first_gpu in placements {
         // The 262,144 x 640 embedding matrix (178 MB, also the output
         // projection) stays on the CPU: it is larger than one buffer may be
         // on lavapipe (128 MiB), as `--fit` would decide.
@@ -199,7 +209,7 @@ fn gemma3_270m_on_the_gpu_and_split_continues_like_llama_cpp() {
         for &(id, v) in &top {
             assert!(
                 (l[id] - v).abs() <= noise,
-                "first GPU layer {first_gpu}: logit of {id}: {} vs llama.cpp {v} (noise {noise})",
+                "case {case}, first GPU layer {first_gpu}: logit of {id}: {} vs llama.cpp {v} (noise {noise})",
                 l[id]
             );
         }
@@ -209,9 +219,11 @@ fn gemma3_270m_on_the_gpu_and_split_continues_like_llama_cpp() {
                 let (a, b) = (l[best], l[theirs as usize]);
                 assert!(
                     a - b <= noise,
-                    "first GPU layer {first_gpu}: step {step}: {best} ({a}) vs llama.cpp's {theirs} ({b})"
+                    "case {case}, first GPU layer {first_gpu}: step {step}: {best} ({a}) vs llama.cpp's {theirs} ({b})"
                 );
-                eprintln!("first GPU layer {first_gpu}: parted at a tie at step {step}");
+                eprintln!(
+                    "case {case}, first GPU layer {first_gpu}: parted at a tie at step {step}"
+                );
                 break;
             }
             l = s.decode(&[theirs]).unwrap();
