@@ -52,7 +52,9 @@ const MATVEC_Q8: [&str; 2] = [
 ];
 
 /// The weight types the kernel decodes.
-pub(crate) const TYPES: [DType; 10] = [
+pub(crate) const TYPES: [DType; 12] = [
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,

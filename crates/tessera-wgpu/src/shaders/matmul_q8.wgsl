@@ -9,7 +9,8 @@
 // invocation takes 4 rows x 4 columns (rows ty + 16 r, columns tx + 16 c),
 // each pair of a unit: exact sums isum0 (values 0..16) and isum1 (16..32)
 // by dot4I8Packed, scaled once as in matvec_q8.wgsl:
-// dy * (fa * isum0 + fb * isum1) + fs * sy. Units past the row's end,
+// dy * (fa * isum0 + fb * isum1) + fs * sy (Q2_K: + dy times its halves'
+// mins by the halves' sums of activation bytes). Units past the row's end,
 // rows past m and columns past n stage zeros.
 // P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
 // of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)),
@@ -18,7 +19,7 @@
 const QT: u32 = 64u;
 // Staged words: [(u * 2 + half) * 64 + row] (a row's unit in two vec4s).
 var<workgroup> qa_w: array<vec4<u32>, 256>;
-// A row's unit's (fa, fb, fs): [u * 64 + row].
+// A row's unit's (fa, fb, fs, 0), Q2_K's (fa, fb, g.x, g.y): [u * 64 + row].
 var<workgroup> qa_f: array<vec4<f32>, 128>;
 var<workgroup> qb_w: array<vec4<u32>, 256>;
 // A column's unit's (d, d * sum): [u * 64 + column].
@@ -59,6 +60,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 w0 = un.w0;
                 w1 = un.w1;
                 f = vec4<f32>(un.f, 0.0);
+                if (s0_T == T_Q2_K) {
+                    f = vec4<f32>(un.f.xy, un.g);
+                }
             }
             qa_w[(2u * su) * QT + sr] = w0;
             qa_w[(2u * su + 1u) * QT + sr] = w1;
@@ -84,10 +88,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var y0: array<vec4<u32>, 4>;
             var y1: array<vec4<u32>, 4>;
             var yf: array<vec2<f32>, 4>;
+            var hs: array<vec2<f32>, 4>;
             for (var c = 0u; c < 4u; c = c + 1u) {
                 y0[c] = qb_w[(2u * u) * QT + tx + 16u * c];
                 y1[c] = qb_w[(2u * u + 1u) * QT + tx + 16u * c];
                 yf[c] = qb_f[u * QT + tx + 16u * c];
+                if (s0_T == T_Q2_K) {
+                    hs[c] = mq_half_sums(y0[c], y1[c]);
+                }
             }
             for (var r = 0u; r < 4u; r = r + 1u) {
                 let a0 = qa_w[(2u * u) * QT + ty + 16u * r];
@@ -97,7 +105,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 for (var c = 0u; c < 4u; c = c + 1u) {
                     let i0 = f32(mq_dot(a0, y0[c]));
                     let i1 = f32(mq_dot(a1, y1[c]));
-                    v[c] = v[c] + yf[c].x * (af.x * i0 + af.y * i1) + af.z * yf[c].y;
+                    if (s0_T == T_Q2_K) {
+                        v[c] = v[c] + yf[c].x * (af.x * i0 + af.y * i1)
+                            + yf[c].x * (af.z * hs[c].x + af.w * hs[c].y);
+                    } else {
+                        v[c] = v[c] + yf[c].x * (af.x * i0 + af.y * i1) + af.z * yf[c].y;
+                    }
                 }
                 acc[r] = v;
             }

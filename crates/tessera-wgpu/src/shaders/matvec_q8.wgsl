@@ -1,6 +1,6 @@
 // matvec_q8.wgsl: MUL_MAT of quantized weights (src0: Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) with up to MQ_COLS
-// columns that quant_act.wgsl
+// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) with up to
+// MQ_COLS columns that quant_act.wgsl
 // quantized (src1: the scratch, bound as 16-byte vectors). Every 32 values
 // (a unit: a block, or a sub-block of a K-quant) the weights' codes are
 // packed four to a word and meet the activations' bytes in dot4I8Packed:
@@ -67,12 +67,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var c = 0u; c < MQ_COLS; c = c + 1u) {
                 if (MQ_COLS == 1u || c < n) {
                     let yq = P.iu.x + c * k + 32u * b;
-                    let i0 = f32(mq_dot(u.w0, s1_v4(yq)));
-                    let i1 = f32(mq_dot(u.w1, s1_v4(yq + 16u)));
+                    let y0 = s1_v4(yq);
+                    let y1 = s1_v4(yq + 16u);
+                    let i0 = f32(mq_dot(u.w0, y0));
+                    let i1 = f32(mq_dot(u.w1, y1));
                     let pw = (P.iu.y >> 2u) + 2u * (c * nb + b);
                     let dy = bitcast<f32>(s1_w(pw));
                     let sy = bitcast<f32>(s1_w(pw + 1u));
                     acc[c] = acc[c] + dy * (u.f.x * i0 + u.f.y * i1) + u.f.z * sy;
+                    if (s0_T == T_Q2_K) {
+                        let hs = mq_half_sums(y0, y1);
+                        acc[c] = acc[c] + dy * (u.g.x * hs.x + u.g.y * hs.y);
+                    }
                 }
             }
         }

@@ -53,11 +53,29 @@ fn mq_iq4(x: vec4<u32>) -> vec4<u32> {
     return out;
 }
 
+// Sub-block `is`'s scale of the Q3_K block at `blk` (6 bits less 32).
+fn mq_q3k_scale(blk: u32, is: u32) -> f32 {
+    let sb = s0_b(blk + 96u + (is & 7u));
+    let lo = select(sb >> 4u, sb & 15u, is < 8u);
+    let hi = (s0_b(blk + 104u + (is % 4u)) >> (2u * (is / 4u))) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
 struct MqUnit {
     w0: vec4<u32>,
     w1: vec4<u32>,
     // fa, fb, fs.
     f: vec3<f32>,
+    // Q2_K: each half's min (its factor for the sum of that half's
+    // activation bytes, mq_half_sums); 0 for the other types.
+    g: vec2<f32>,
+}
+
+// The sums of the activation bytes of a unit's halves (y0: values 0..16,
+// y1: 16..32), for Q2_K's per-half mins.
+fn mq_half_sums(y0: vec4<u32>, y1: vec4<u32>) -> vec2<f32> {
+    let ones = vec4<u32>(0x01010101u);
+    return vec2<f32>(f32(mq_dot(ones, y0)), f32(mq_dot(ones, y1)));
 }
 
 // Unit b (values 32 b..32 b + 32) of the row at byte `a`.
@@ -99,6 +117,44 @@ fn mq_unit(a: u32, b: u32) -> MqUnit {
         u.w0 = ((mq_words4(q) >> sh) & m4) | h0;
         u.w1 = ((mq_words4(q + 16u) >> sh) & m4) | h1;
         u.f = vec3<f32>(d * sm.x, d * sm.x, -dmin * sm.y);
+    } else if (s0_T == T_Q2_K) {
+        // Sub-blocks 2j and 2j + 1 of 16 values (j = b % 8): 2-bit codes
+        // from 16 bytes each at 16 + 32 (j / 4) (+ 16) at shift 2 (j % 4);
+        // each sub-block's scale (low nibble) and min (high) times d, dmin.
+        let blk = a + (b >> 3u) * s0_TS;
+        let j = b & 7u;
+        let q = blk + 16u + 32u * (j >> 2u);
+        let sh = vec4<u32>(2u * (j & 3u));
+        let three = vec4<u32>(0x03030303u);
+        u.w0 = (mq_words4(q) >> sh) & three;
+        u.w1 = (mq_words4(q + 16u) >> sh) & three;
+        let d = mq_f16(blk + 80u);
+        let dmin = mq_f16(blk + 82u);
+        let s0 = s0_b(blk + 2u * j);
+        let s1 = s0_b(blk + 2u * j + 1u);
+        u.f = vec3<f32>(d * f32(s0 & 15u), d * f32(s1 & 15u), 0.0);
+        u.g = vec2<f32>(-dmin * f32(s0 >> 4u), -dmin * f32(s1 >> 4u));
+    } else if (s0_T == T_Q3_K) {
+        // Sub-blocks 2j and 2j + 1 of 16 values (j = b % 8): 2-bit quants
+        // from 16 bytes each at 32 + 32 (j / 4) (+ 16) at shift 2 (j % 4),
+        // the third bit j of hmask's bytes 0..16 (16..32); code = that
+        // 3-bit value less 4; each sub-block its 6-bit scale less 32.
+        let blk = a + (b >> 3u) * s0_TS;
+        let j = b & 7u;
+        let q = blk + 32u + 32u * (j >> 2u);
+        let sh = vec4<u32>(2u * (j & 3u));
+        let hs = vec4<u32>(j);
+        let three = vec4<u32>(0x03030303u);
+        let ones = vec4<u32>(0x01010101u);
+        let c0 = ((mq_words4(q) >> sh) & three) | (((mq_words4(blk) >> hs) & ones) << vec4<u32>(2u));
+        let c1 = ((mq_words4(q + 16u) >> sh) & three)
+            | (((mq_words4(blk + 16u) >> hs) & ones) << vec4<u32>(2u));
+        // Less 4 byte by byte, without borrows (each byte below 8).
+        let t = vec4<u32>(0x80808080u);
+        u.w0 = ((c0 | t) - vec4<u32>(0x04040404u)) ^ t;
+        u.w1 = ((c1 | t) - vec4<u32>(0x04040404u)) ^ t;
+        let d = mq_f16(blk + 108u);
+        u.f = vec3<f32>(d * mq_q3k_scale(blk, 2u * j), d * mq_q3k_scale(blk, 2u * j + 1u), 0.0);
     } else if (s0_T == T_IQ4_NL || s0_T == T_IQ4_XS) {
         // Byte j of the 16 holds indices j (low nibble) and 16 + j (high)
         // into the non-linear values: an IQ4_NL block, or sub-block
