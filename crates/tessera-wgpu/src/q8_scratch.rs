@@ -209,7 +209,8 @@ impl Compute {
 
     /// The state for a compute that needs `bytes` of `scratch` (`None` if
     /// none), at most what one binding can hold: the products whose
-    /// quantization finds no room take the float kernels.
+    /// quantization finds no room take the float kernels, and all of them
+    /// do where the device has no memory left for the scratch.
     pub(crate) fn new(
         scratch: &mut Scratch,
         core: &Arc<Core>,
@@ -220,7 +221,11 @@ impl Compute {
         if bytes == 0 {
             return Ok(None);
         }
-        let buffer = scratch.ensure(core, bytes.min(core.max_buffer))?;
+        let buffer = match scratch.ensure(core, bytes.min(core.max_buffer)) {
+            Ok(b) => b,
+            Err(tessera::Error::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let mut readers: HashMap<TensorId, Vec<TensorId>> = HashMap::new();
         let mut last_read = HashMap::new();
         for (i, b, _) in products(graph, range) {
