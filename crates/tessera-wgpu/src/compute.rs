@@ -89,10 +89,10 @@ pub(crate) fn compute(
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
             // The products that read the run's result find it quantized
-            // (the kernel quantizes row by row from workgroup memory: rows
-            // of whole blocks, at most 2048 values).
+            // (the kernel quantizes rows of whole blocks that it holds in
+            // registers: at most fuse::QUANTIZED_ROW values).
             let n = graph.layout(run.result())?.ne[0];
-            let whole_blocks = n % 32 == 0 && n <= 2048;
+            let whole_blocks = n % 32 == 0 && n <= fuse::QUANTIZED_ROW;
             let quant = q8
                 .as_mut()
                 .filter(|_| whole_blocks)

@@ -67,6 +67,10 @@ impl Run {
     }
 }
 
+/// Longest row a fused norm also quantizes for the integer products:
+/// what `rows.wgsl` keeps in registers (256 invocations x `RV` = 16).
+pub(crate) const QUANTIZED_ROW: usize = 4096;
+
 env_switch!("TESSERA_WGPU_FUSE");
 
 /// Whether the encoder fuses at all (default; `TESSERA_WGPU_FUSE=0` records
@@ -345,8 +349,8 @@ mod tests {
     }
 
     /// Row lengths the fused norm kernel takes with the row in registers
-    /// (64) and by loops over memory (2,100: more than 2,048).
-    const ROWS: [usize; 2] = [64, 2100];
+    /// (64, 2,100) and by loops over memory (4,200: more than 4,096).
+    const ROWS: [usize; 3] = [64, 2100, 4200];
 
     fn close(got: &[f32], want: &[f64], what: &str) {
         assert_eq!(got.len(), want.len(), "{what}");

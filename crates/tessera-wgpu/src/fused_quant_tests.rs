@@ -11,11 +11,11 @@ use crate::WgpuDevice;
 
 /// `h = a + b` (with `residual`: also read by a second ADD, as a residual
 /// stream is), `y = rms_norm(h or a) * w`, then Q4_0 and Q8_0 products of
-/// `y` (k = 256, 3 columns). With `norm_out` the norm's result is an output
-/// too, which stops every fusion. Returns the two products' results and
-/// the dispatches.
-fn run(dev: &WgpuDevice, residual: bool, norm_out: bool) -> (Vec<f32>, Vec<f32>, u64) {
-    let (k, cols, m) = (256, 3, 40);
+/// `y` (rows of `k`, 3 columns). With `norm_out` the norm's result is an
+/// output too, which stops every fusion. Returns the two products' results
+/// and the dispatches.
+fn run(dev: &WgpuDevice, k: usize, residual: bool, norm_out: bool) -> (Vec<f32>, Vec<f32>, u64) {
+    let (cols, m) = (3, 40);
     let mut g = Graph::new();
     let a = g.input("a", DType::F32, &[k, cols]).unwrap();
     let b = g.input("b", DType::F32, &[k, cols]).unwrap();
@@ -90,17 +90,35 @@ fn a_fused_norm_quantizes_its_result_for_the_products_that_read_it() {
     let Some(dev) = crate::test_device() else {
         return;
     };
-    for residual in [false, true] {
-        let (f4, f8, fused) = run(&dev, residual, false);
-        let (s4, s8, separate) = run(&dev, residual, true);
+    // Rows in one pass through workgroup memory, in two (the second
+    // partial), and the longest the fused norm quantizes.
+    for (k, residual) in [(256, false), (256, true), (3072, true), (4096, false)] {
+        let (f4, f8, fused) = run(&dev, k, residual, false);
+        let (s4, s8, separate) = run(&dev, k, residual, true);
         // Fused: (ADD+)RMS_NORM+MUL with the quantization, two products
         // (and the second ADD). Separate: each node, the quantization, the
         // products.
         let extra = u64::from(residual);
-        assert_eq!(fused, 3 + extra, "residual {residual}: fused dispatches");
-        assert_eq!(separate, 5 + 2 * extra, "residual {residual}: separate");
-        assert_eq!(bits(&f4), bits(&s4), "residual {residual}: Q4_0 product");
-        assert_eq!(bits(&f8), bits(&s8), "residual {residual}: Q8_0 product");
+        assert_eq!(
+            fused,
+            3 + extra,
+            "k {k} residual {residual}: fused dispatches"
+        );
+        assert_eq!(
+            separate,
+            5 + 2 * extra,
+            "k {k} residual {residual}: separate"
+        );
+        assert_eq!(
+            bits(&f4),
+            bits(&s4),
+            "k {k} residual {residual}: Q4_0 product"
+        );
+        assert_eq!(
+            bits(&f8),
+            bits(&s8),
+            "k {k} residual {residual}: Q8_0 product"
+        );
         assert!(
             f4.iter().any(|&v| v != 0.0),
             "the products are not all zero"

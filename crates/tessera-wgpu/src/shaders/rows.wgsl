@@ -4,10 +4,10 @@
 // 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
 // 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
 // Modes 6 and 7 with iu2.z = 1 (a contiguous destination, rows of at most
-// 2048 values) also quantize each row they write for the integer products, as
-// quant_act.wgsl would, into s4 (the stream's scratch): by blocks of 32 in
-// the destination's order, block j's bytes at byte iu2.x + 32 j, its pair
-// at iu2.y + 8 j.
+// 256 RV = 4096 values) also quantize each row they write for the integer
+// products, as quant_act.wgsl would, into s4 (the stream's scratch): by
+// blocks of 32 in the destination's order, block j's bytes at byte
+// iu2.x + 32 j, its pair at iu2.y + 8 j.
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redi: array<u32, 256>;
@@ -53,36 +53,27 @@ fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
     return x + slope * m;
 }
 
-// The row being written, for quantize_row (rows of at most 2048 values).
+// A part of the row being written (at most 2048 values), for quantize_part.
 var<workgroup> qrow: array<f32, 2048>;
 
-// Result i of a fused norm (modes 6, 7) at byte `at`, kept for
-// quantize_row when the row is quantized.
-fn norm_out(at: u32, i: u32, v: f32) {
-    d_st(at, v);
-    if (P.iu2.z == 1u) {
-        qrow[i] = v;
-    }
-}
-
-// Quantize row `row` of the destination, its values in `qrow` (see the
-// header; called in uniform control flow).
-fn quantize_row(l: u32, row: u32, n: u32) {
-    workgroupBarrier();
+// Quantize values c0..c0 + len of row `row` (n values) of the destination,
+// held in `qrow` (see the header; called in uniform control flow).
+fn quantize_part(l: u32, row: u32, n: u32, c0: u32, len: u32) {
     let nb = n / 32u;
-    for (var b = l; b < nb; b = b + 256u) {
+    for (var b = l; b < len / 32u; b = b + 256u) {
         var x: array<f32, 32>;
         for (var i = 0u; i < 32u; i = i + 1u) {
             x[i] = qrow[32u * b + i];
         }
-        s4_q8((P.iu2.x + row * n + 32u * b) >> 2u, (P.iu2.y >> 2u) + 2u * (row * nb + b),
+        let j = c0 / 32u + b;
+        s4_q8((P.iu2.x + row * n + 32u * j) >> 2u, (P.iu2.y >> 2u) + 2u * (row * nb + j),
             q8_block(x));
     }
 }
 
 // Values of a row each invocation keeps in registers in the fused norms
-// (rows of at most 256 RV values).
-const RV: u32 = 8u;
+// (rows of at most 256 RV values: 4096, a 7-8B model's).
+const RV: u32 = 16u;
 
 // Modes 6 and 7 for a row of at most 256 RV values, as main's loops compute
 // them (the same operations in the same order: the same bits), with the
@@ -147,11 +138,25 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
     for (var j = 0u; j < RV; j = j + 1u) {
         let e = l + 256u * j;
         if (e < n) {
-            norm_out(d_row + e * P.nb_d.x, e, h[j] * scale * w[j]);
+            let y = h[j] * scale * w[j];
+            d_st(d_row + e * P.nb_d.x, y);
+            h[j] = y;
         }
     }
     if (P.iu2.z == 1u) {
-        quantize_row(l, row, n);
+        // Through workgroup memory, 2048 values at a time.
+        for (var c0 = 0u; c0 < n; c0 = c0 + 2048u) {
+            let len = min(n - c0, 2048u);
+            workgroupBarrier();
+            for (var j = 0u; j < RV; j = j + 1u) {
+                let e = l + 256u * j;
+                if (e >= c0 && e < c0 + len) {
+                    qrow[e - c0] = h[j];
+                }
+            }
+            workgroupBarrier();
+            quantize_part(l, row, n, c0, len);
+        }
     }
 }
 
@@ -241,6 +246,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         return;
     }
+    // Rows longer than 256 RV take the loops below, which do not quantize
+    // (the host asks for it only for rows the registers hold).
     if ((mode == 6u || mode == 7u) && n <= 256u * RV) {
         norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row);
         return;
@@ -260,10 +267,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_2.w) * P.nb_2.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s3_ld(h_row + i * P.nb_3.x) * scale;
-            norm_out(d_row + i * P.nb_d.x, i, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
-        }
-        if (P.iu2.z == 1u) {
-            quantize_row(l, row, n);
+            d_st(d_row + i * P.nb_d.x, y * s2_ld(w_row + (i % P.ne_2.x) * P.nb_2.x));
         }
         return;
     }
@@ -300,10 +304,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             + (i3 % P.ne_1.w) * P.nb_1.w;
         for (var i = l; i < n; i = i + 256u) {
             let y = s0_ld(x_row + i * P.nb_0.x) * scale;
-            norm_out(d_row + i * P.nb_d.x, i, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
-        }
-        if (P.iu2.z == 1u) {
-            quantize_row(l, row, n);
+            d_st(d_row + i * P.nb_d.x, y * s1_ld(w_row + (i % P.ne_1.x) * P.nb_1.x));
         }
         return;
     }
