@@ -3,7 +3,9 @@
 // matmul_q8.wgsl; prepended to each): the codes packed four to a word for
 // dot4I8Packed, and the factors (fa, fb, fs) that scale the exact sums
 // isum0 (values 0..16) and isum1 (16..32): fs carries the codes' offset or
-// the block's min.
+// the block's min (Q2_K: g, each half's min, for each half's sum of
+// activation bytes). Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (matvec_q8.rs's TYPES).
 
 // Four words of src0 from byte `p` (a multiple of 2): five aligned loads
 // and selects, not a branch (18- and 34-byte blocks alternate their
