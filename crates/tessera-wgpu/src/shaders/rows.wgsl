@@ -75,8 +75,8 @@ fn quantize_part(l: u32, row: u32, n: u32, c0: u32, len: u32) {
 // (rows of at most 256 RV values: 4096, a 7-8B model's).
 const RV: u32 = 16u;
 
-// Modes 6 and 7 for a row of at most 256 RV values, as main's loops compute
-// them (the same operations in the same order: the same bits), with the
+// Modes 0, 6 and 7 for a row of at most 256 RV values, as main's loops
+// compute them (the same operations in the same order), with the
 // row's values kept in registers: every load of a loop is issued before
 // its first store. Stores into a storage buffer may alias any other (in a
 // model the sum, the output and the input often share one buffer), so in
@@ -127,7 +127,7 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
     var w: array<f32, RV>;
     for (var j = 0u; j < RV; j = j + 1u) {
         let e = l + 256u * j;
-        if (e < n) {
+        if (e < n && mode != 0u) {
             if (mode == 7u) {
                 w[j] = s2_ld(w_row + (e % P.ne_2.x) * P.nb_2.x);
             } else {
@@ -138,7 +138,10 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
     for (var j = 0u; j < RV; j = j + 1u) {
         let e = l + 256u * j;
         if (e < n) {
-            let y = h[j] * scale * w[j];
+            var y = h[j] * scale;
+            if (mode != 0u) {
+                y = y * w[j];
+            }
             d_st(d_row + e * P.nb_d.x, y);
             h[j] = y;
         }
@@ -247,8 +250,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     // Rows longer than 256 RV take the loops below, which do not quantize
-    // (the host asks for it only for rows the registers hold).
-    if ((mode == 6u || mode == 7u) && n <= 256u * RV) {
+    // (the host asks for it only for rows the registers hold). A plain
+    // RMS_NORM takes the same code as the fused ones (the same bits as a
+    // fused norm gives).
+    if ((mode == 0u || mode == 6u || mode == 7u) && n <= 256u * RV) {
         norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row);
         return;
     }
