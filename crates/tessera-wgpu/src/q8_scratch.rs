@@ -172,11 +172,9 @@ pub(crate) struct Compute {
     /// without scanning the graph for each.
     readers: HashMap<TensorId, Vec<TensorId>>,
     /// The regions in use (tests check they are disjoint and start at
-    /// multiples of 16) and the most bytes ever in use at once.
+    /// multiples of 16).
     #[cfg(test)]
-    pub(crate) claimed: Vec<std::ops::Range<usize>>,
-    #[cfg(test)]
-    pub(crate) high: usize,
+    claimed: Vec<std::ops::Range<usize>>,
 }
 
 impl Compute {
@@ -193,7 +191,6 @@ impl Compute {
             );
         }
         self.claimed.push(r);
-        self.high = self.high.max(self.claimed.iter().map(|c| c.len()).sum());
     }
 
     #[cfg(not(test))]
@@ -250,8 +247,6 @@ impl Compute {
             readers,
             #[cfg(test)]
             claimed: Vec::new(),
-            #[cfg(test)]
-            high: 0,
         }))
     }
 

@@ -119,8 +119,10 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
                 sq = sq + h[j] * h[j];
             }
         }
-        w_row = P.off.z + (i.x % P.ne_1.y) * P.nb_1.y + (i.y % P.ne_1.z) * P.nb_1.z
-            + (i.z % P.ne_1.w) * P.nb_1.w;
+        if (mode == 6u) {
+            w_row = P.off.z + (i.x % P.ne_1.y) * P.nb_1.y + (i.y % P.ne_1.z) * P.nb_1.z
+                + (i.z % P.ne_1.w) * P.nb_1.w;
+        }
     }
     sq = reduce_sum(l, sq);
     let scale = 1.0 / sqrt(sq / f32(n) + P.fp.x);
