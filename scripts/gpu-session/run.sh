@@ -5,8 +5,9 @@
 # Correctness first (the wgpu unit tests and the conformance suite on the
 # real GPU), then the choices that wait for timing on a GPU, each measured
 # against its off switch in the same call, interleaved:
-#   - merged products (TESSERA_WGPU_MERGE=0 off) and every fusion
-#     (TESSERA_WGPU_FUSE=0 off), decoding tg128;
+#   - reductions by subgroups (TESSERA_WGPU_SUBGROUPS=0 off: trees in
+#     workgroup memory) and merged products (TESSERA_WGPU_MERGE=0 off),
+#     decoding tg128;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
@@ -109,10 +110,10 @@ for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
 done
 rm -f "$OUT/run-stderr.txt"
 
-say "decoding: default, products one by one, no fusion at all; interleaved (Q4_0, then Q4_K)"
+say "decoding: default, reductions by trees, products one by one; interleaved (Q4_0, then Q4_K)"
 for f in q4_0 q4_K; do
     for round in 1 2; do
-        for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
+        for opts in "" TESSERA_WGPU_SUBGROUPS=0 TESSERA_WGPU_MERGE=0; do
             echo "-- $f round $round [${opts:-default}]" >>"$LOG"
             fits 60 || continue
             env $opts timeout -k 5 60 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \

@@ -33,10 +33,20 @@ const ATTENTION: &str = concat!(
     include_str!("shaders/attention_common.wgsl"),
     include_str!("shaders/attention.wgsl")
 );
-const ATTENTION_ROWS: &str = concat!(
-    include_str!("shaders/attention_common.wgsl"),
-    include_str!("shaders/attention_rows.wgsl")
-);
+/// `attention_rows.wgsl` by [`crate::subgroups::on`]: reductions by trees
+/// or subgroups.
+const ATTENTION_ROWS: [&str; 2] = [
+    concat!(
+        include_str!("shaders/attention_common.wgsl"),
+        include_str!("shaders/reduce_tree.wgsl"),
+        include_str!("shaders/attention_rows.wgsl")
+    ),
+    concat!(
+        include_str!("shaders/attention_common.wgsl"),
+        include_str!("shaders/reduce_subgroup.wgsl"),
+        include_str!("shaders/attention_rows.wgsl")
+    ),
+];
 const ATTENTION_MERGE: &str = concat!(
     include_str!("shaders/attention_common.wgsl"),
     include_str!("shaders/attention_merge.wgsl")
@@ -92,7 +102,7 @@ pub(crate) fn encode(
         .and_then(|q| q.plan_for(graph, id));
     let mut call = call(dst, at)?;
     let body = if rows_kernel {
-        ATTENTION_ROWS
+        ATTENTION_ROWS[usize::from(crate::subgroups::on(core))]
     } else {
         ATTENTION
     };

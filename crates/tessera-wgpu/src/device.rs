@@ -51,6 +51,9 @@ pub(crate) struct Core {
     /// Nanoseconds per GPU timestamp tick, when the device can time its
     /// compute passes (profiling).
     pub timestamp_period: Option<f32>,
+    /// The adapter's smallest subgroup, when the device was opened with
+    /// subgroup operations ([`crate::subgroups`]).
+    pub smallest_subgroup: Option<u32>,
 }
 
 impl Core {
@@ -125,17 +128,30 @@ impl WgpuDevice {
             .unwrap_or_else(|| default_name.to_owned());
         let summary = AdapterSummary::of(adapter);
         let limits = adapter.limits();
-        // Timestamps only time compute passes for profiling; an adapter
-        // without them still opens.
+        // Timestamps only time compute passes for profiling, subgroup
+        // operations speed reductions up: an adapter without them still
+        // opens, and so does one that refuses a device with subgroups.
         let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
-        let desc = wgpu::DeviceDescriptor {
-            label: Some("tessera"),
-            required_features: features,
-            required_limits: limits.clone(),
-            ..Default::default()
+        let open = |features: wgpu::Features| {
+            let desc = wgpu::DeviceDescriptor {
+                label: Some("tessera"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            };
+            pollster::block_on(adapter.request_device(&desc))
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
-            .map_err(|e| Error::device(&name, format!("opening {}: {e}", summary.name)))?;
+        let with_subgroups = crate::subgroups::wanted(adapter)
+            .then(|| open(features | wgpu::Features::SUBGROUP).ok())
+            .flatten();
+        let smallest_subgroup = with_subgroups
+            .is_some()
+            .then(|| adapter.get_info().subgroup_min_size);
+        let (device, queue) = match with_subgroups {
+            Some(opened) => opened,
+            None => open(features)
+                .map_err(|e| Error::device(&name, format!("opening {}: {e}", summary.name)))?,
+        };
         let errors = ErrorSink::new(&name);
         errors.install(&device);
         let binding = limits
@@ -162,6 +178,7 @@ impl WgpuDevice {
             binds: Binds::default(),
             max_buffer,
             timestamp_period,
+            smallest_subgroup,
         });
         Ok(Arc::new_cyclic(|me: &Weak<WgpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();
@@ -189,6 +206,14 @@ impl WgpuDevice {
     /// The wgpu limits the device was opened with.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.core.limits
+    }
+
+    /// The adapter's smallest subgroup, where the device was opened with
+    /// subgroup operations and its reductions use them (the adapter has
+    /// them and `TESSERA_WGPU_SUBGROUPS` is not `0`); `None`: the kernels
+    /// reduce by trees in workgroup memory.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.core.smallest_subgroup
     }
 
     /// Largest buffer, which is also the largest binding.

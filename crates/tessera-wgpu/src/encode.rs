@@ -76,7 +76,17 @@ fn for_dst(bodies: &[&'static str; 13], dtype: DType) -> &'static str {
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
 const GLU: &str = include_str!("shaders/glu.wgsl");
-const ROWS: &str = include_str!("shaders/rows.wgsl");
+/// `rows.wgsl` by [`crate::subgroups::on`]: with trees or subgroups.
+const ROWS: [&str; 2] = [
+    concat!(
+        include_str!("shaders/reduce_tree.wgsl"),
+        include_str!("shaders/rows.wgsl")
+    ),
+    concat!(
+        include_str!("shaders/reduce_subgroup.wgsl"),
+        include_str!("shaders/rows.wgsl")
+    ),
+];
 pub(crate) const ROPE: &str = include_str!("shaders/rope.wgsl");
 macro_rules! matvec {
     ($cols:literal, $vec:literal) => {
@@ -570,10 +580,10 @@ pub(crate) fn encode_node(
             let batches = d.ne[2].checked_mul(d.ne[3]).ok_or_else(overflow)?;
             let (name, body, groups) = if cols <= MATVEC_MAX_COLS {
                 if let Some(v) =
-                    matvec_rows::variant(&a.layout, a.offset, &b.layout, b.offset, cols)
+                    matvec_rows::variant(core, &a.layout, a.offset, &b.layout, b.offset, cols)
                 {
                     let groups = m
-                        .div_ceil(v.rows_per_workgroup())
+                        .div_ceil(v.rows_per_workgroup(core))
                         .checked_mul(batches)
                         .ok_or_else(overflow)?;
                     if v.a4 {
@@ -584,6 +594,7 @@ pub(crate) fn encode_node(
                     }
                     let mut params = call.params.items(groups)?;
                     params.off2[2] = 0;
+                    v.params(core, &mut params)?;
                     return call.record(batch, core, "mul_mat_vec_rows", v.body(), params, groups);
                 }
                 let octets = a.layout.ne[0] % 8 == 0 && matvec_octets();
@@ -647,7 +658,8 @@ pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layou
     // stores, s4: the scratch a fused norm quantizes into).
     call.pad_sources(5);
     let params = call.params;
-    call.record(batch, core, "rows", ROWS, params, a.nrows())
+    let body = ROWS[usize::from(crate::subgroups::on(core))];
+    call.record(batch, core, "rows", body, params, a.nrows())
 }
 
 /// The call of ROPE of `a` at positions `pos` (frequency factors `ff`) into

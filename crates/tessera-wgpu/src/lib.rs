@@ -49,6 +49,7 @@ mod q8_scratch;
 mod rounding_tests;
 mod staging;
 pub mod stream;
+mod subgroups;
 pub mod support;
 #[cfg(test)]
 mod tile_tests;
@@ -82,6 +83,50 @@ pub(crate) fn test_device() -> Option<Arc<WgpuDevice>> {
         eprintln!("skipped: no wgpu adapter");
     }
     d
+}
+
+/// Whether a unit test runs the subgroup kernels ([`subgroups`]) on
+/// `dev` as well as the trees: `[false, true]` where the device has
+/// subgroup operations, else `[false]`. A software adapter (lavapipe, what
+/// CI runs) must have them under `TESSERA_REQUIRE_GPU=1` (unless
+/// `TESSERA_WGPU_SUBGROUPS=0`), so that CI tests both.
+#[cfg(test)]
+pub(crate) fn test_subgroup_variants(dev: &WgpuDevice) -> Vec<bool> {
+    let has = dev.core().smallest_subgroup.is_some();
+    if !has && dev.adapter().software {
+        let off = std::env::var("TESSERA_WGPU_SUBGROUPS").is_ok_and(|v| v.trim() == "0");
+        assert!(
+            off || std::env::var("TESSERA_REQUIRE_GPU").map_or(true, |v| v != "1"),
+            "TESSERA_REQUIRE_GPU=1 and the software adapter has no subgroup operations"
+        );
+    }
+    if has { vec![false, true] } else { vec![false] }
+}
+
+/// The kernel shapes a unit test runs on `dev`, as `(subgroups, rows a
+/// workgroup)` ([`subgroups::force`], [`subgroups::force_rows`]): the
+/// trees; and where the device has subgroups, its own rows, one row a
+/// workgroup (as a device of 128-wide subgroups: the other subgroups
+/// idle) and 32 (as one of 4-wide subgroups: each subgroup takes several
+/// rows).
+#[cfg(test)]
+pub(crate) fn test_reduction_shapes(dev: &WgpuDevice) -> Vec<(bool, Option<u32>)> {
+    let mut shapes = vec![(false, None)];
+    if test_subgroup_variants(dev).contains(&true) {
+        shapes.extend([(true, None), (true, Some(1)), (true, Some(32))]);
+    }
+    shapes
+}
+
+/// Run `f` with [`subgroups`] forced to `shape` on this thread.
+#[cfg(test)]
+pub(crate) fn with_reduction_shape<T>(shape: (bool, Option<u32>), f: impl FnOnce() -> T) -> T {
+    subgroups::force(Some(shape.0));
+    subgroups::force_rows(shape.1);
+    let out = f();
+    subgroups::force(None);
+    subgroups::force_rows(None);
+    out
 }
 
 /// Values in [-1, 1) from `seed`, without end (a linear congruential

@@ -36,20 +36,36 @@ use crate::q8_scratch::u32_of;
 pub(crate) use crate::q8_scratch::{Compute, Quantized, Scratch, scratch_bytes};
 
 const QUANT_ACT: &str = include_str!("shaders/quant_act.wgsl");
-const MATVEC_Q8: [&str; 2] = [
-    concat!(
-        "const MQ_COLS: u32 = 1u;\n",
-        include_str!("shaders/matmul_common.wgsl"),
-        include_str!("shaders/mq_unit.wgsl"),
-        include_str!("shaders/matvec_q8.wgsl")
-    ),
-    concat!(
-        "const MQ_COLS: u32 = 8u;\n",
-        include_str!("shaders/matmul_common.wgsl"),
-        include_str!("shaders/mq_unit.wgsl"),
-        include_str!("shaders/matvec_q8.wgsl")
-    ),
+/// The kernel's source for `$cols` columns (1 or 8) and the main `$main`
+/// (`matvec_q8_tree.wgsl` or `matvec_q8_subgroup.wgsl`).
+macro_rules! matvec_q8 {
+    ($cols:literal, $main:literal) => {
+        concat!(
+            "const MQ_COLS: u32 = ",
+            $cols,
+            "u;\n",
+            include_str!("shaders/matmul_common.wgsl"),
+            include_str!("shaders/mq_unit.wgsl"),
+            include_str!("shaders/matvec_q8.wgsl"),
+            include_str!(concat!("shaders/", $main))
+        )
+    };
+}
+
+/// The kernels by `[subgroups][cols > 1]` ([`crate::subgroups`]).
+const MATVEC_Q8: [[&str; 2]; 2] = [
+    [
+        matvec_q8!(1, "matvec_q8_tree.wgsl"),
+        matvec_q8!(8, "matvec_q8_tree.wgsl"),
+    ],
+    [
+        matvec_q8!(1, "matvec_q8_subgroup.wgsl"),
+        matvec_q8!(8, "matvec_q8_subgroup.wgsl"),
+    ],
 ];
+
+/// Rows a workgroup of the tree kernel takes.
+const TREE_ROWS: usize = 2;
 
 /// The weight types the kernel decodes.
 pub(crate) const TYPES: [DType; 12] = [
@@ -158,9 +174,16 @@ pub(crate) fn encode_merged(
     if cols > MAX_COLS {
         return crate::matmul_q8::record(batch, core, call, (a, dst)).map(|()| true);
     }
-    // Two rows a workgroup; products 1 and 2 start at their first
-    // workgroup (`ne_2`/`nb_2`, `ne_3`/`nb_3`: see the kernel's header).
-    let mut groups = a.layout.ne[1].div_ceil(2);
+    // Rows a workgroup: the tree kernel's two, or one per subgroup at the
+    // device's smallest; products 1 and 2 start at their first workgroup
+    // (`ne_2`/`nb_2`, `ne_3`/`nb_3`: see the kernel's `mq_product`).
+    let subgroups = crate::subgroups::on(core);
+    let rows = if subgroups {
+        crate::subgroups::rows_per_group(core, 128) as usize
+    } else {
+        TREE_ROWS
+    };
+    let mut groups = a.layout.ne[1].div_ceil(rows);
     for (s, &(d, w)) in products.iter().enumerate().skip(1) {
         let [ne, nb] = &mut call.params.src[s + 1];
         *ne = [
@@ -175,11 +198,12 @@ pub(crate) fn encode_merged(
             u32_of(d.layout.nb[1])?,
             0,
         ];
-        groups = groups.saturating_add(w.layout.ne[1].div_ceil(2));
+        groups = groups.saturating_add(w.layout.ne[1].div_ceil(rows));
     }
+    call.params.iu2[0] = u32_of(rows)?;
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;
-    let body = MATVEC_Q8[usize::from(cols > 1)];
+    let body = MATVEC_Q8[usize::from(subgroups)][usize::from(cols > 1)];
     call.record(batch, core, "mul_mat_vec_q8", body, params, groups)?;
     Ok(true)
 }

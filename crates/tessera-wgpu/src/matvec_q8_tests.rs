@@ -10,6 +10,8 @@ use tessera::{DType, Graph, Stream};
 /// per value, times the weights' magnitudes) of the f64 product of the
 /// dequantized weights, and equal but for rounding to the f64 product of
 /// the activations as quantized; one quantization for both products.
+/// Both kernels where the device has subgroups (the subgroup kernel also
+/// with 1 and 32 rows a workgroup, as devices of other subgroup sizes).
 #[test]
 fn integer_products_are_within_the_activation_quantization_bound() {
     let Some(dev) = crate::test_device() else {
@@ -21,10 +23,15 @@ fn integer_products_are_within_the_activation_quantization_bound() {
     let stream = dev.new_wgpu_stream().unwrap();
     let mut values = crate::test_values(7);
     let mut rnd = move || values.next().unwrap();
-    for wt in super::TYPES {
-        for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
-            two_products(&dev, &stream, wt, (k, 37, cols), &mut rnd, "");
-        }
+    for shape in crate::test_reduction_shapes(&dev) {
+        let what = format!(" {shape:?}");
+        crate::with_reduction_shape(shape, || {
+            for wt in super::TYPES {
+                for (k, cols) in [(256, 1), (1280, 3), (256, 8)] {
+                    two_products(&dev, &stream, wt, (k, 37, cols), &mut rnd, &what);
+                }
+            }
+        });
     }
     crate::merge_products::force(None);
     super::force(None);

@@ -11,7 +11,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use tessera::{DType, Layout};
+use tessera::{DType, Layout, Result};
+
+use crate::device::Core;
+use crate::params::{Params, u32_of};
 
 /// Invocations per group of rows and rows per group, for one or more
 /// columns.
@@ -28,47 +31,70 @@ pub(crate) struct Variant {
     /// Every word of the weights' rows at a multiple of 4 bytes (one load
     /// a word).
     w4: bool,
+    /// Sums by subgroups ([`crate::subgroups`]; `lanes` unused) or by
+    /// trees.
+    subgroups: bool,
 }
 
 /// Invocations per workgroup (`@workgroup_size(128)`).
 const WORKGROUP: u32 = 128;
 
 impl Variant {
-    /// Output rows one workgroup computes.
-    pub(crate) fn rows_per_workgroup(&self) -> usize {
-        (WORKGROUP / self.lanes * self.rows) as usize
+    /// Output rows one workgroup computes: the trees' groups of `lanes`,
+    /// or one group a subgroup at the device's smallest (the kernel reads
+    /// it from `iu2.x`: [`Variant::params`]).
+    pub(crate) fn rows_per_workgroup(&self, core: &Core) -> usize {
+        let groups = if self.subgroups {
+            crate::subgroups::rows_per_group(core, WORKGROUP)
+        } else {
+            WORKGROUP / self.lanes
+        };
+        (groups * self.rows) as usize
+    }
+
+    /// Set what the kernel reads of its shape in `params`.
+    pub(crate) fn params(&self, core: &Core, params: &mut Params) -> Result<()> {
+        params.iu2[0] = u32_of(self.rows_per_workgroup(core), "rows a workgroup")?;
+        Ok(())
     }
 
     /// The kernel's source (made once per variant).
     pub(crate) fn body(&self) -> &'static str {
         // The text depends on these; the vector loads only on the bindings.
-        type Text = (bool, u32, u32, bool);
+        type Text = (bool, u32, u32, bool, bool);
         static BODIES: OnceLock<Mutex<HashMap<Text, &'static str>>> = OnceLock::new();
         let mut bodies = BODIES
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let key = (self.many, self.lanes, self.rows, self.w4);
+        let key = (self.many, self.lanes, self.rows, self.w4, self.subgroups);
         bodies.entry(key).or_insert_with(|| {
             let src = format!(
                 "const MV_COLS: u32 = {}u;\nconst MV_LANES: u32 = {}u;\nconst MV_R: u32 = {}u;\n\
-                 const MV_W4: bool = {};\n{}{}",
+                 const MV_W4: bool = {};\n{}{}{}",
                 if self.many { 8 } else { 1 },
                 self.lanes,
                 self.rows,
                 self.w4,
                 include_str!("shaders/matmul_common.wgsl"),
                 include_str!("shaders/matvec_rows.wgsl"),
+                if self.subgroups {
+                    include_str!("shaders/matvec_rows_subgroup.wgsl")
+                } else {
+                    include_str!("shaders/matvec_rows_tree.wgsl")
+                },
             );
-            // A few dozen variants (lanes x rows x columns x alignment) at most.
+            // A few dozen variants (lanes x rows x columns x alignment x
+            // reductions) at most.
             Box::leak(src.into_boxed_str())
         })
     }
 }
 
 /// The variant for a product of `a` (weights at byte `a_off`) and `cols`
-/// columns of `b` (at byte `b_off`), if this kernel takes it.
+/// columns of `b` (at byte `b_off`) on `core`, if this kernel takes it.
 pub(crate) fn variant(
+    core: &Core,
     a: &Layout,
     a_off: usize,
     b: &Layout,
@@ -131,6 +157,7 @@ pub(crate) fn variant(
                     && a.nb[1..].iter().all(|&s| a16(s)))),
         y4,
         w4,
+        subgroups: crate::subgroups::on(core),
     })
 }
 
@@ -189,3 +216,7 @@ fn read_shape() -> Option<(u32, u32)> {
 fn shape_set() -> bool {
     SET.get_or_init(read_shape).is_some()
 }
+
+#[cfg(test)]
+#[path = "matvec_rows_tests.rs"]
+mod tests;

@@ -237,12 +237,20 @@ mod tests {
     /// 21 and 37 rows: the second and third end halfway through a
     /// workgroup of two rows) — for every weight type the integer kernel
     /// takes and 1, 3 and 8 columns: one dispatch after the quantization,
-    /// each result bit for bit that of the products recorded one by one.
+    /// each result bit for bit that of the products recorded one by one;
+    /// with each shape of the kernel the device has (the subgroup
+    /// kernel's products start at other workgroups).
     #[test]
     fn merged_products_equal_the_separate_products_bit_for_bit() {
-        if crate::test_device().is_none() {
+        let Some(dev) = crate::test_device() else {
             return;
+        };
+        for shape in crate::test_reduction_shapes(&dev) {
+            crate::with_reduction_shape(shape, || merged_products_of_every_type(shape));
         }
+    }
+
+    fn merged_products_of_every_type(shape: (bool, Option<u32>)) {
         for wt in crate::matvec_q8::TYPES {
             for (k, cols) in [(256, 1), (512, 3), (256, 8)] {
                 let mut g = Graph::new();
@@ -261,13 +269,11 @@ mod tests {
                 }
                 let (one_by_one, n1) = run(&g, &weights, &[x], &outs, false);
                 let (merged, n2) = run(&g, &weights, &[x], &outs, true);
-                assert_eq!(n1, 4, "{wt} k={k} cols={cols}: quantization + 3 products");
-                assert_eq!(n2, 2, "{wt} k={k} cols={cols}: quantization + 1 merged");
+                let what = format!("{wt} k={k} cols={cols} {shape:?}");
+                assert_eq!(n1, 4, "{what}: quantization + 3 products");
+                assert_eq!(n2, 2, "{what}: quantization + 1 merged");
                 for (p, (a, b)) in one_by_one.iter().zip(&merged).enumerate() {
-                    assert!(
-                        a == b,
-                        "{wt} k={k} cols={cols}: product {p} differs when merged"
-                    );
+                    assert!(a == b, "{what}: product {p} differs when merged");
                 }
             }
         }

@@ -12,7 +12,7 @@
 // Built so that a thread waits for memory few times: one workgroup of 256
 // per query row takes the keys in rounds of 256. Thread t scores key
 // 256 r + t (its K row read four words at a time, 32 values a step); the
-// round's maximum and the weights' sum come from tree reductions; then
+// round's maximum and the weights' sum come from workgroup reductions; then
 // thread t = s G + g (G = dv / 8 groups of 8 values, S = 256 / G key
 // subsets) adds the weighted V values of its 8 dimensions for keys s, s + S,
 // ... of the round, four rows loaded together. Each thread's partial
@@ -23,38 +23,10 @@ const AR_NEG: f32 = -3.0e38;
 
 var<workgroup> ar_q: array<f32, 256>; // the query, then the output row
 var<workgroup> ar_w: array<f32, 256>; // the round's weights
-var<workgroup> ar_red: array<f32, 256>;
 var<workgroup> ar_acc: array<f32, 2048>; // S x dv partial outputs
 
-fn ar_max(t: u32, v: f32) -> f32 {
-    ar_red[t] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            ar_red[t] = max(ar_red[t], ar_red[t + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = ar_red[0];
-    workgroupBarrier();
-    return r;
-}
+// (Reductions: reduce_tree.wgsl or reduce_subgroup.wgsl, prepended.)
 
-fn ar_sum(t: u32, v: f32) -> f32 {
-    ar_red[t] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            ar_red[t] = ar_red[t] + ar_red[t + s];
-        }
-        workgroupBarrier();
-    }
-    let r = ar_red[0];
-    workgroupBarrier();
-    return r;
-}
-
-// Eight F16 values (16 bytes) as two vectors.
 fn ar_lo(v: vec4<u32>) -> vec4<f32> {
     let a = unpack2x16float(v.x);
     let b = unpack2x16float(v.y);
@@ -91,7 +63,8 @@ fn ar_dot(row: u32, dk: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lidv: vec3<u32>) {
+        @builtin(local_invocation_id) lidv: vec3<u32>, lanes: Lanes) {
+    lanes_init(lanes);
     let split = P.iu2.w == 2u;
     let parts = select(1u, P.iu2.z, split);
     let g_all = group_index(wid, nwg);
@@ -156,13 +129,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 s = x + mv;
             }
         }
-        let rmax = ar_max(t, select(AR_NEG, s, kept));
+        let rmax = reduce_max(t, select(AR_NEG, s, kept));
         let any = rmax > AR_NEG;
         let m_new = select(m, select(rmax, max(m, rmax), seen), any);
         let corr = select(1.0, select(0.0, exp(m - m_new), seen), any);
         let w = select(0.0, exp(s - m_new), kept);
         ar_w[t] = w;
-        let rsum = ar_sum(t, w);
+        let rsum = reduce_sum(t, w);
         sum = sum * corr + rsum;
         acc_lo = acc_lo * corr;
         acc_hi = acc_hi * corr;

@@ -1,8 +1,10 @@
 // matvec_rows.wgsl: MUL_MAT with few columns (n <= MV_COLS) over MV_R rows
 // at once: dst[i, j] = sum_k src0[k, i] * src1[k, j], src0 broadcast over
 // dims 2-3. The host prepends MV_COLS (1 or 8), MV_LANES (32, 64 or 128
-// invocations per group of rows), MV_R (rows per group, 1, 2 or 4) and
-// MV_W4 (every word of src0's rows at a multiple of 4 bytes).
+// invocations per group of rows, for the tree main), MV_R (rows per group,
+// 1, 2 or 4) and MV_W4 (every word of src0's rows at a multiple of 4
+// bytes), and appends a main: matvec_rows_tree.wgsl, or
+// matvec_rows_subgroup.wgsl where the device has subgroup operations.
 //
 // Why: a one-column product reads its weights once but the activations
 // once per row, from the cache; with one row per invocation group and
@@ -20,11 +22,6 @@
 // kernel only where src1's columns are contiguous F32 at 16-byte offsets
 // and every row is whole units).
 
-const MV_WG: u32 = 128u;
-/// Groups of rows a workgroup, rows a workgroup.
-const MV_GROUPS: u32 = MV_WG / MV_LANES;
-const MV_ROWS: u32 = MV_GROUPS * MV_R;
-var<workgroup> mv_part: array<f32, 2048>; // MV_R * MV_COLS * MV_WG, at most 16 * 128
 
 // Values of unit u in a row of 32-value blocks with the Q4_0 half layout:
 // half h = u % 2 of block u / 2: low nibbles 8h..8h+8, high 16+8h..16+8h+8.
@@ -278,27 +275,15 @@ fn mv_unit(a: u32, u: u32) -> array<vec4<f32>, 4> {
     return w;
 }
 
-@compute @workgroup_size(128)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = group_index(wid, nwg);
-    if (g >= P.off2.y) {
-        return;
-    }
+// Lane t of `lanes`'s partial sums of rows i0..i0 + MV_R (those below m)
+// of batch (i2, i3) by its n columns: (row rr, column c) at rr * MV_COLS + c.
+fn mv_partials(i0: u32, i2: u32, i3: u32, t: u32, lanes: u32) -> array<f32, MV_R * MV_COLS> {
     let m = P.ne_d.x;
     let n = P.ne_d.y;
-    let blocks = (m + MV_ROWS - 1u) / MV_ROWS;
-    // The group's first row; rows past the matrix compute nothing but still
-    // meet the workgroup at its barriers.
-    let i0 = (g % blocks) * MV_ROWS + (lid.x / MV_LANES) * MV_R;
-    let r = g / blocks;
-    let i2 = r % P.ne_d.z;
-    let i3 = r / P.ne_d.z;
     let a = mm_a_base(i2, i3) + i0 * P.nb_0.y;
     let b = mm_b_base(i2, i3);
-    let t = lid.x % MV_LANES;
     var acc: array<f32, MV_R * MV_COLS>;
-    for (var u = t; u < P.ne_0.x / 16u; u = u + MV_LANES) {
+    for (var u = t; u < P.ne_0.x / 16u; u = u + lanes) {
         var w: array<array<vec4<f32>, 4>, MV_R>;
         for (var rr = 0u; rr < MV_R; rr = rr + 1u) {
             if (i0 + rr < m) {
@@ -319,27 +304,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    // Partial (row rr, column c) of invocation lid.x at
-    // mv_part[(rr * MV_COLS + c) * MV_WG + lid.x]; each group sums its lanes.
-    for (var j = 0u; j < MV_R * MV_COLS; j = j + 1u) {
-        mv_part[j * MV_WG + lid.x] = acc[j];
-    }
-    workgroupBarrier();
-    for (var s = MV_LANES / 2u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            for (var j = 0u; j < MV_R * MV_COLS; j = j + 1u) {
-                mv_part[j * MV_WG + lid.x] = mv_part[j * MV_WG + lid.x]
-                    + mv_part[j * MV_WG + lid.x + s];
-            }
-        }
-        workgroupBarrier();
-    }
-    // Lane j < MV_R * MV_COLS of the group writes (row j / MV_COLS, column
-    // j % MV_COLS).
-    let rr = t / MV_COLS;
-    let c = t % MV_COLS;
-    if (t < MV_R * MV_COLS && i0 + rr < m && c < n) {
-        d_st(P.off.x + (i0 + rr) * P.nb_d.x + c * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w,
-            mv_part[t * MV_WG + lid.x - t]);
+    return acc;
+}
+
+// Store sum j (row i0 + j / MV_COLS, column j % MV_COLS) where it is in
+// the destination.
+fn mv_store(i0: u32, i2: u32, i3: u32, j: u32, v: f32) {
+    let rr = j / MV_COLS;
+    let c = j % MV_COLS;
+    if (i0 + rr < P.ne_d.x && c < P.ne_d.y) {
+        d_st(P.off.x + (i0 + rr) * P.nb_d.x + c * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w, v);
     }
 }

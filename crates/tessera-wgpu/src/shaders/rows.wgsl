@@ -9,36 +9,8 @@
 // blocks of 32 in the destination's order, block j's bytes at byte
 // iu2.x + 32 j, its pair at iu2.y + 8 j.
 
-var<workgroup> red: array<f32, 256>;
+// (Reductions: reduce_tree.wgsl or reduce_subgroup.wgsl, prepended.)
 var<workgroup> redi: array<u32, 256>;
-
-fn reduce_sum(l: u32, v: f32) -> f32 {
-    red[l] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (l < s) {
-            red[l] = red[l] + red[l + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn reduce_max(l: u32, v: f32) -> f32 {
-    red[l] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (l < s) {
-            red[l] = max(red[l], red[l + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 // The softmax logit of element i0 of the row (-inf where the mask is -inf).
 fn logit(x_row: u32, m_row: u32, i0: u32, slope: f32) -> f32 {
@@ -167,7 +139,8 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lidv: vec3<u32>) {
+        @builtin(local_invocation_id) lidv: vec3<u32>, lanes: Lanes) {
+    lanes_init(lanes);
     let row = group_index(wid, nwg);
     let nrows = P.ne_0.y * P.ne_0.z * P.ne_0.w;
     if (row >= nrows) {

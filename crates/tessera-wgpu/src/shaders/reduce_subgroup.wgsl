@@ -1,0 +1,50 @@
+// reduce_subgroup.wgsl: sums and maxima over a workgroup of 256
+// invocations on devices with subgroup operations (reduce_tree.wgsl's
+// functions): each subgroup reduces its values at once (subgroupAdd,
+// subgroupMax), its first lane puts the result in workgroup memory, and
+// every invocation reads the subgroups' results in order: two barriers
+// instead of ten, right for any subgroup size and grouping. Call in
+// uniform control flow with every invocation. The kernel's main takes
+// `lanes: Lanes` and calls lanes_init(lanes) first.
+
+struct Lanes {
+    @builtin(subgroup_id) id: u32,
+    @builtin(num_subgroups) count: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+}
+
+var<private> LANES: Lanes;
+
+fn lanes_init(x: Lanes) {
+    LANES = x;
+}
+
+var<workgroup> red: array<f32, 256>;
+
+fn reduce_sum(l: u32, v: f32) -> f32 {
+    let s = subgroupAdd(v);
+    if (LANES.lane == 0u) {
+        red[LANES.id] = s;
+    }
+    workgroupBarrier();
+    var r = red[0];
+    for (var i = 1u; i < LANES.count; i = i + 1u) {
+        r = r + red[i];
+    }
+    workgroupBarrier();
+    return r;
+}
+
+fn reduce_max(l: u32, v: f32) -> f32 {
+    let s = subgroupMax(v);
+    if (LANES.lane == 0u) {
+        red[LANES.id] = s;
+    }
+    workgroupBarrier();
+    var r = red[0];
+    for (var i = 1u; i < LANES.count; i = i + 1u) {
+        r = max(r, red[i]);
+    }
+    workgroupBarrier();
+    return r;
+}
