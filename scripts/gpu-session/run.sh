@@ -6,8 +6,9 @@
 # real GPU), then the choices that wait for timing on a GPU, each measured
 # against its off switch in the same call, interleaved:
 #   - reductions by subgroups (TESSERA_WGPU_SUBGROUPS=0 off: trees in
-#     workgroup memory) and merged products (TESSERA_WGPU_MERGE=0 off),
-#     decoding tg128;
+#     workgroup memory), merged products (TESSERA_WGPU_MERGE=0 off) and
+#     gate/up with their GLU in one dispatch (TESSERA_WGPU_GLU_PRODUCTS=0
+#     off), decoding tg128;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
@@ -95,8 +96,8 @@ for t in q4_0 q4_K; do
     step 120 "$G/bin/synth" llama "$t" "$G/vocab.gguf" "$M/1b-$t.gguf" llama-3.2-1b
 done
 
-say "greedy tokens: default, products one by one, no fusion at all (same bits: same md5)"
-for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
+say "greedy tokens: default, products one by one, gate/up and GLU apart, no fusion at all (same bits: same md5)"
+for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_GLU_PRODUCTS=0 TESSERA_WGPU_FUSE=0; do
     fits 120 || break
     out=$(env $opts timeout -k 5 120 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
         --temp 0 -n 24 -p "The quick brown fox" 2>"$OUT/run-stderr.txt")
@@ -110,15 +111,17 @@ for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_FUSE=0; do
 done
 rm -f "$OUT/run-stderr.txt"
 
-say "decoding: default, reductions by trees, products one by one; interleaved (Q4_0, then Q4_K)"
-for f in q4_0 q4_K; do
-    for round in 1 2; do
-        for opts in "" TESSERA_WGPU_SUBGROUPS=0 TESSERA_WGPU_MERGE=0; do
-            echo "-- $f round $round [${opts:-default}]" >>"$LOG"
-            fits 60 || continue
-            env $opts timeout -k 5 60 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
-                -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
-        done
+say "decoding: default, reductions by trees, products one by one, gate/up and GLU apart; interleaved (Q4_0 twice, then Q4_K)"
+for run in "q4_0 1" "q4_0 2" "q4_K 1"; do
+    set -- $run
+    f=$1
+    for opts in "" TESSERA_WGPU_SUBGROUPS=0 TESSERA_WGPU_MERGE=0 TESSERA_WGPU_GLU_PRODUCTS=0; do
+        # Q4_K: the default and the trees only.
+        case "$f $opts" in q4_K\ *MERGE* | q4_K\ *GLU*) continue ;; esac
+        echo "-- $f round $2 [${opts:-default}]" >>"$LOG"
+        fits 60 || continue
+        env $opts timeout -k 5 60 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
+            -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
     done
 done
 

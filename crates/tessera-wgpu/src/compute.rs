@@ -2,11 +2,12 @@
 //! [`support::supports_op`] (the same oracle the scheduler asked), record
 //! each op node ([`crate::encode`]; an RMS_NORM and the MUL after it, or a
 //! residual ADD with both, as one dispatch where [`crate::fuse`] allows,
-//! a ROPE with the SET_ROWS that stores it, [`crate::fuse_rope`], and
-//! consecutive products of one input, [`crate::merge_products`]), and
-//! submit the recording in
-//! parts, so that the GPU starts on the first while the host records the
-//! rest. The abort callback is asked before each submission.
+//! a ROPE with the SET_ROWS that stores it, [`crate::fuse_rope`],
+//! consecutive products of one input, [`crate::merge_products`], and two
+//! such products with the GLU of their results, [`crate::glu_products`]),
+//! and submit the recording in parts, so that the GPU starts on the first
+//! while the host records the rest. The abort callback is asked before
+//! each submission.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tessera::{AbortCallback, Error, Graph, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::encode_node;
-use crate::{fuse, fuse_rope, matvec_q8, merge_products, support};
+use crate::{fuse, fuse_rope, glu_products, matvec_q8, merge_products, support};
 
 /// Record the op nodes of `range` and submit them, in parts
 /// ([`part_size`]); returns the last submission's index (`None` when
@@ -116,6 +117,18 @@ pub(crate) fn compute(
                 .map_err(|e| annotate(e, graph, id))?
             {
                 fused = rest;
+            }
+        }
+        if fused == [None; 3]
+            && let Some(q8) = q8.as_mut()
+            && let Some(run) = glu_products::plan(core, graph, placement, &counts, id, end)
+                .map_err(|e| annotate(e, graph, id))?
+        {
+            label(&mut batch, " (2 merged + GLU)");
+            if glu_products::encode(&mut batch, core, graph, placement, q8, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused = run.rest();
             }
         }
         if fused == [None; 3]

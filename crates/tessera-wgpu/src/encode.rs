@@ -307,7 +307,7 @@ fn in_blocks(l: &Layout, nb0: usize) -> Layout {
     b
 }
 
-fn unary_code(op: tessera::UnaryOp) -> u32 {
+pub(crate) fn unary_code(op: tessera::UnaryOp) -> u32 {
     tessera::UnaryOp::ALL
         .iter()
         .position(|&u| u == op)

@@ -37,6 +37,7 @@ mod fuse;
 mod fuse_rope;
 #[cfg(test)]
 mod fused_quant_tests;
+mod glu_products;
 mod matmul_q8;
 mod matvec_q8;
 mod matvec_rows;

@@ -127,6 +127,29 @@ pub(crate) fn encode(
     encode_merged(batch, core, state, b, &[(dst, a)])
 }
 
+/// Where the quantization of `b` (tensor `b_id`, its memory `b_root`'s)
+/// is in the scratch, `(bytes, pairs, the scratch)`: made now (a dispatch
+/// of its own) unless this compute made it already; `None` where it has
+/// no room.
+pub(crate) fn quantized_input(
+    batch: &mut Batch<'_>,
+    core: &Core,
+    state: &mut Compute,
+    (b_id, b_root, b): (TensorId, TensorId, &Operand),
+) -> Result<Option<(usize, usize, Operand)>> {
+    let (k, cols) = (b.layout.ne[0], b.layout.ne[1]);
+    let Some((base, pairs, fresh)) = state.locate((b_id, b_root), k, cols) else {
+        return Ok(None);
+    };
+    let scratch = state.operand()?;
+    if fresh {
+        let mut call = Call::new(&scratch, &[Some(b)])?;
+        call.params.iu = [u32_of(base)?, u32_of(pairs)?, 0, 0];
+        call.items(batch, core, "quant_act", QUANT_ACT, k / 32 * cols)?;
+    }
+    Ok(Some((base, pairs, scratch)))
+}
+
 /// Most products of one input that one dispatch computes
 /// ([`encode_merged`]): the kernel's parameter block has room for three.
 pub(crate) const MAX_MERGED: usize = 3;
@@ -147,7 +170,7 @@ pub(crate) fn encode_merged(
     (b_id, b_root, b): (TensorId, TensorId, &Operand),
     products: &[(&Operand, &Operand)],
 ) -> Result<bool> {
-    let (k, cols) = (b.layout.ne[0], b.layout.ne[1]);
+    let cols = b.layout.ne[1];
     let most = if cols > MAX_COLS { 1 } else { MAX_MERGED };
     let (Some(&(dst, a)), true) = (products.first(), products.len() <= most) else {
         return Err(tessera::Error::device(
@@ -158,15 +181,10 @@ pub(crate) fn encode_merged(
             ),
         ));
     };
-    let Some((base, pairs, fresh)) = state.locate((b_id, b_root), k, cols) else {
+    let Some((base, pairs, scratch)) = quantized_input(batch, core, state, (b_id, b_root, b))?
+    else {
         return Ok(false);
     };
-    let scratch = state.operand()?;
-    if fresh {
-        let mut call = Call::new(&scratch, &[Some(b)])?;
-        call.params.iu = [u32_of(base)?, u32_of(pairs)?, 0, 0];
-        call.items(batch, core, "quant_act", QUANT_ACT, k / 32 * cols)?;
-    }
     let mut call = Call::new(dst, &[Some(a), Some(&scratch)])?;
     call.bindings[2] = call.bindings[2].as_vec4();
     let merged = u32_of(products.len() - 1)?;

@@ -55,20 +55,20 @@ env_switch!("TESSERA_WGPU_MERGE");
 
 /// Whether products are merged (default; `TESSERA_WGPU_MERGE=0`, or
 /// `TESSERA_WGPU_FUSE=0` for every fusion, is off).
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     switch_on(crate::fuse::enabled)
 }
 
 /// A product's operands: destination, weights, activations.
-struct Product {
-    dst: Operand,
-    a: Operand,
-    b: Operand,
+pub(crate) struct Product {
+    pub(crate) dst: Operand,
+    pub(crate) a: Operand,
+    pub(crate) b: Operand,
 }
 
 /// The operands of MUL_MAT node `id` if the integer kernel takes it and it
 /// writes only its own memory.
-fn product(
+pub(crate) fn product(
     core: &Arc<Core>,
     graph: &Graph,
     placement: &Placement,
