@@ -8,10 +8,13 @@
 //! run both variants on any adapter that has the feature.
 //!
 //! A kernel's variant must be right for any subgroup size the device may
-//! pick (between the adapter's smallest and largest) and any grouping of
-//! the invocations into subgroups: the variants only rely on what a
-//! subgroup is (its invocations see the same `subgroup_id`), never on
-//! which invocations share one.
+//! pick (between the adapter's smallest and largest), any grouping of
+//! the invocations into subgroups, and subgroups with inactive
+//! invocations: the variants only rely on what a subgroup is (its
+//! invocations see the same `subgroup_id`), never on which invocations
+//! share one, and count and rank a subgroup's active invocations
+//! (`subgroupAdd(1)`, `subgroupExclusiveAdd(1)`) rather than trust
+//! `subgroup_size` and `subgroup_invocation_id`.
 
 use crate::device::Core;
 

@@ -22,13 +22,16 @@ var<workgroup> mg_y: array<f32, 256>; // MG_ROWS * MQ_COLS, at most 32 * 8
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32,
-        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32,
         @builtin(local_invocation_index) li: u32) {
     let g = group_index(wid, nwg);
     // Whole workgroups leave together (the barrier below needs them all).
     if (g >= P.off2.y) {
         return;
     }
+    // The subgroup's active invocations, counted and ranked (a device may
+    // leave some inactive, and need not number them 0, 1, ...).
+    let lanes = subgroupAdd(1u);
+    let lane = subgroupExclusiveAdd(1u);
     let n = P.iu.z;
     let m = P.ne_d.x;
     // Every condition in this loop is the same for the lanes of a

@@ -1,20 +1,23 @@
 // matvec_q8_subgroup.wgsl: the matrix-vector integer kernel's main
 // (matvec_q8.wgsl) on devices with subgroup operations: each subgroup
-// takes whole rows, its lanes (however many the device makes) on
-// consecutive units, and subgroupAdd sums the row: no workgroup memory,
-// no barrier. P.iu2.x rows a workgroup (the host's choice: 128 over the
-// device's smallest subgroup), subgroup s taking rows s, s + the number
-// of subgroups, ...: right whatever the subgroups' size and however the
-// device groups the invocations into subgroups.
+// takes whole rows, its active invocations (however many) on consecutive
+// units, and subgroupAdd sums the row: no workgroup memory, no barrier.
+// P.iu2.x rows a workgroup (the host's choice: 128 over the device's
+// smallest subgroup), subgroup s taking rows s, s + the number of
+// subgroups, ...: right whatever the subgroups' size, however the device
+// groups the invocations into subgroups, and with inactive ones.
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32,
-        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32) {
+        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
     let g = group_index(wid, nwg);
     if (g >= P.off2.y) {
         return;
     }
+    // The subgroup's active invocations, counted and ranked (a device may
+    // leave some inactive, and need not number them 0, 1, ...).
+    let lanes = subgroupAdd(1u);
+    let lane = subgroupExclusiveAdd(1u);
     let p = mq_product(g);
     let n = P.iu.z;
     // Every condition below is the same for the lanes of a subgroup, so

@@ -1,20 +1,23 @@
 // matvec_rows_subgroup.wgsl: the row-group kernel's main
 // (matvec_rows.wgsl) on devices with subgroup operations: each subgroup
-// takes groups of MV_R rows, its lanes (however many the device makes)
-// on consecutive units, and subgroupAdd sums each (row, column): no
-// workgroup memory, no barrier. P.iu2.x rows a workgroup (the host's: MV_R
-// times 128 over the device's smallest subgroup), subgroup s taking groups
-// s, s + the number of subgroups, ...: right whatever the subgroups' size
-// and grouping.
+// takes groups of MV_R rows, its active invocations (however many) on
+// consecutive units, and subgroupAdd sums each (row, column): no
+// workgroup memory, no barrier. P.iu2.x rows a workgroup (the host's:
+// MV_R times 128 over the device's smallest subgroup), subgroup s taking
+// groups s, s + the number of subgroups, ...: right whatever the
+// subgroups' size and grouping, and with inactive invocations.
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32,
-        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) lanes: u32) {
+        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
     let g = group_index(wid, nwg);
     if (g >= P.off2.y) {
         return;
     }
+    // The subgroup's active invocations, counted and ranked (a device may
+    // leave some inactive, and need not number them 0, 1, ...).
+    let lanes = subgroupAdd(1u);
+    let lane = subgroupExclusiveAdd(1u);
     let rows = P.iu2.x;
     let blocks = (P.ne_d.x + rows - 1u) / rows;
     let r = g / blocks;
