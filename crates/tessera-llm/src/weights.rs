@@ -73,6 +73,32 @@ impl WeightPlacement for Arc<dyn BufferType> {
     }
 }
 
+/// The token embeddings, where the output matrix is tied to them (the file
+/// has no `output.weight`) and the output layer's device is not theirs: a
+/// copy of them is bound as `output.weight` there, so that the output
+/// product (a decoding step's largest: n_vocab rows) runs on the output
+/// layer's device instead of where the embeddings are (the host, for
+/// GET_ROWS), as llama.cpp's `TENSOR_DUPLICATED` does (where the copy
+/// fits in one of that device's buffers). A meta device's copy is made by
+/// its own path.
+fn tied_output_copy<'f>(
+    file: &'f GgufFile,
+    place: &dyn WeightPlacement,
+) -> Option<&'f tessera_gguf::TensorInfo> {
+    if file.tensor_info("output.weight").is_ok() {
+        return None;
+    }
+    let info = file.tensor_info("token_embd.weight").ok()?;
+    let layout = Layout::contiguous(info.dtype().ok()?, &info.ne).ok()?;
+    let out = place.buffer_type_for("output.weight", &layout);
+    let embd = place.buffer_type("token_embd.weight");
+    let elsewhere = !Arc::ptr_eq(&out, &embd) && out.name() != embd.name();
+    // One tensor must fit one buffer (lavapipe's are 128 MiB: Gemma 3's
+    // 168 MB embeddings do not), else the output stays with them.
+    let fits = out.alloc_size(&layout) <= out.max_size();
+    (elsewhere && fits && crate::tensor_split::meta_device(&out).is_none()).then_some(info)
+}
+
 /// The layer of a `blk.N.*` tensor name.
 pub fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
@@ -122,29 +148,42 @@ impl Weights {
     ) -> Result<Weights> {
         let mut tensors = HashMap::new();
         // Group the tensors by buffer type (by name; the same type object
-        // comes back for the same device).
-        let mut groups: Vec<(Arc<dyn BufferType>, Vec<&tessera_gguf::TensorInfo>)> = Vec::new();
+        // comes back for the same device), each as (name bound, the file's
+        // tensor whose data it holds).
+        let mut groups: Vec<(
+            Arc<dyn BufferType>,
+            Vec<(String, &tessera_gguf::TensorInfo)>,
+        )> = Vec::new();
         let mut homes = HashMap::new();
-        for info in file.tensors().iter().filter(|t| t.dtype.is_some()) {
+        let mut bound: Vec<(String, &tessera_gguf::TensorInfo)> = file
+            .tensors()
+            .iter()
+            .filter(|t| t.dtype.is_some())
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        if let Some(info) = tied_output_copy(file, place) {
+            bound.push(("output.weight".into(), info));
+        }
+        for (name, info) in bound {
             let layout = Layout::contiguous(info.dtype()?, &info.ne)?;
-            let buft = place.buffer_type_for(&info.name, &layout);
-            let home = place.buffer_type(&info.name);
+            let buft = place.buffer_type_for(&name, &layout);
+            let home = place.buffer_type(&name);
             if !Arc::ptr_eq(&home, &buft) {
-                homes.insert(info.name.clone(), home);
+                homes.insert(name.clone(), home);
             }
             match groups
                 .iter_mut()
                 .find(|(b, _)| Arc::ptr_eq(b, &buft) || b.name() == buft.name())
             {
-                Some((_, list)) => list.push(info),
-                None => groups.push((buft, vec![info])),
+                Some((_, list)) => list.push((name, info)),
+                None => groups.push((buft, vec![(name, info)])),
             }
         }
         let total: u64 = groups
             .iter()
             .filter(|(b, _)| !b.is_host())
             .flat_map(|(_, l)| l.iter())
-            .map(|t| t.nbytes.unwrap_or(0) as u64)
+            .map(|(_, t)| t.nbytes.unwrap_or(0) as u64)
             .sum();
         let mut done = 0u64;
         let mut sizes = Vec::new();
@@ -172,7 +211,7 @@ impl Weights {
                 // a split copy of the token embeddings of its own.
                 let mut names: Vec<(String, String)> = infos
                     .iter()
-                    .map(|t| (t.name.clone(), t.name.clone()))
+                    .map(|(b, t)| (b.clone(), t.name.clone()))
                     .collect();
                 let tied = file.tensor_info("output.weight").is_err()
                     && crate::tensor_split::meta_device(&place.buffer_type("output.weight"))
@@ -206,20 +245,23 @@ impl Weights {
             }
             if buft.is_host() {
                 // Views of the file: its bytes, mapped, not allocated.
-                let bytes = infos.iter().map(|t| t.nbytes.unwrap_or(0)).sum::<usize>();
+                let bytes = infos
+                    .iter()
+                    .map(|(_, t)| t.nbytes.unwrap_or(0))
+                    .sum::<usize>();
                 sizes.push((buft.name().to_string(), bytes));
                 let data = file.data_buffer(buft);
                 // Weights: the scheduler runs the ops that read them where
                 // they are (ggml's rule), unless op offload moves them.
                 data.set_usage(BufferUsage::Weights);
-                for info in infos {
-                    tensors.insert(info.name.clone(), file.tensor_in(&data, &info.name)?);
+                for (name, info) in infos {
+                    tensors.insert(name, file.tensor_in(&data, &info.name)?);
                 }
                 continue;
             }
             let layouts = infos
                 .iter()
-                .map(|t| Layout::contiguous(t.dtype()?, &t.ne))
+                .map(|(_, t)| Layout::contiguous(t.dtype()?, &t.ne))
                 .collect::<Result<Vec<_>>>()?;
             let Some(progress) = progress.as_mut() else {
                 let set = alloc_tensors(
@@ -228,21 +270,24 @@ impl Weights {
                     BufferUsage::Weights,
                 )?;
                 sizes.push((buft.name().to_string(), set.buffer.size()));
-                for (info, t) in infos.iter().zip(&set.tensors) {
-                    tensors.insert(info.name.clone(), t.clone());
+                for ((name, _), t) in infos.iter().zip(&set.tensors) {
+                    tensors.insert(name.clone(), t.clone());
                 }
                 continue;
             };
             let set = alloc_tensors(&buft, &layouts, BufferUsage::Weights)?;
             // What was allocated (alignment and padding included).
             sizes.push((buft.name().to_string(), set.buffer.size()));
-            for (info, t) in infos.iter().zip(&set.tensors) {
+            for ((name, info), t) in infos.iter().zip(&set.tensors) {
                 t.write(0, file.tensor_data(&info.name)?)?;
-                // Copied: the mapped pages need not stay resident.
-                file.release_tensor(&info.name);
+                // Copied: the mapped pages need not stay resident (unless
+                // this is a copy of a tensor bound elsewhere too).
+                if *name == info.name {
+                    file.release_tensor(&info.name);
+                }
                 done += info.nbytes.unwrap_or(0) as u64;
                 progress(done, total);
-                tensors.insert(info.name.clone(), t.clone());
+                tensors.insert(name.clone(), t.clone());
             }
         }
         Ok(Weights {

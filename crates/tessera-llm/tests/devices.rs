@@ -19,12 +19,14 @@ use tessera_llm::weights::{WeightPlacement, layer_of};
 use tessera_llm::{Arch, Model, Session, SessionOptions};
 
 /// Layers from `first_gpu` on on the GPU, and the tensors of no layer
-/// (embeddings, output) there too when `rest_on_gpu`.
+/// (embeddings, output) there too when `rest_on_gpu`, but the token
+/// embeddings on the CPU when `embd_on_cpu` (llama.cpp's placement).
 struct Split {
     gpu: Arc<dyn BufferType>,
     cpu: Arc<dyn BufferType>,
     first_gpu: usize,
     rest_on_gpu: bool,
+    embd_on_cpu: bool,
 }
 
 impl WeightPlacement for Split {
@@ -32,6 +34,7 @@ impl WeightPlacement for Split {
         match layer_of(name) {
             Some(l) if l < self.first_gpu => self.cpu.clone(),
             None if !self.rest_on_gpu => self.cpu.clone(),
+            None if self.embd_on_cpu && name.starts_with("token_embd") => self.cpu.clone(),
             _ => self.gpu.clone(),
         }
     }
@@ -93,15 +96,36 @@ fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
         let vocab = GgufFile::open(models.join(format!("ggml-vocab-{vocab}.gguf"))).unwrap();
         let spec = SyntheticSpec::small(Arch::from_name(&arch).unwrap(), DType::F32);
         let bytes = write(&spec, &vocab).unwrap().to_bytes().unwrap();
-        for first_gpu in [0, 1] {
+        // The first GPU layer, and whether the token embeddings stay on
+        // the CPU (the output layer on the GPU: a tied output matrix gets
+        // a copy of them there).
+        for (first_gpu, embd_on_cpu) in [(0, false), (1, false), (0, true)] {
             let place = Split {
                 gpu: gpu.buffer_type(),
                 cpu: cpu.buffer_type(),
                 first_gpu,
                 rest_on_gpu: true,
+                embd_on_cpu,
             };
             let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+            let tied = file.tensor_info("output.weight").is_err();
             let model = Arc::new(Model::load(file, &place, &mut |_, _| {}).unwrap());
+            if tied && embd_on_cpu {
+                // The copy: on the GPU, the embeddings' bytes.
+                let w = model.weights();
+                let (out, embd) = (
+                    w.find("output.weight").expect("a copy of the tied output"),
+                    w.find("token_embd.weight").unwrap(),
+                );
+                assert_eq!(out.buffer().buffer_type().name(), gpu.buffer_type().name());
+                assert_eq!(embd.buffer().buffer_type().name(), cpu.buffer_type().name());
+                let bytes_of = |t: &tessera::Tensor| {
+                    let mut v = vec![0u8; t.layout().checked_nbytes().unwrap()];
+                    t.read(0, &mut v).unwrap();
+                    v
+                };
+                assert!(bytes_of(out) == bytes_of(embd), "{arch}: the copy's bytes");
+            }
             let streams = vec![
                 gpu.new_stream(&StreamOptions::new()).unwrap(),
                 cpu.new_stream(&StreamOptions::new().threads(2)).unwrap(),
@@ -112,6 +136,11 @@ fn synthetic_models_on_the_gpu_and_split_match_llama_cpp() {
             };
             let mut s = Session::new(model, streams, opts).unwrap();
             let mut l = s.decode(&prompt).unwrap();
+            if embd_on_cpu {
+                // GET_ROWS on the CPU, everything after it on the GPU (the
+                // output product too, tied or not).
+                assert_eq!(s.scheduler().n_splits(), 2, "{arch}: embeddings on the CPU");
+            }
             let scale = logits.iter().fold(0f32, |m, v| m.max(v.abs()));
             for (i, (a, b)) in l.iter().zip(&logits).enumerate() {
                 assert!(
@@ -193,6 +222,7 @@ fn gemma3_case(gpu: &Arc<dyn Device>, refs: &str, case: usize, placements: &[usi
             cpu: cpu.buffer_type(),
             first_gpu,
             rest_on_gpu: false,
+            embd_on_cpu: false,
         };
         let file = GgufFile::open(common::gemma_gguf()).unwrap();
         let model = Arc::new(Model::load(file, &place, &mut |_, _| {}).unwrap());
