@@ -73,6 +73,10 @@ impl WeightPlacement for Arc<dyn BufferType> {
     }
 }
 
+/// A tensor to bind: the name it is bound as, and the file's tensor whose
+/// data it holds.
+type Bound<'f> = (String, &'f tessera_gguf::TensorInfo);
+
 /// The token embeddings, where the output matrix is tied to them (the file
 /// has no `output.weight`) and the output layer's device is not theirs: a
 /// copy of them is bound as `output.weight` there, so that the output
@@ -150,12 +154,9 @@ impl Weights {
         // Group the tensors by buffer type (by name; the same type object
         // comes back for the same device), each as (name bound, the file's
         // tensor whose data it holds).
-        let mut groups: Vec<(
-            Arc<dyn BufferType>,
-            Vec<(String, &tessera_gguf::TensorInfo)>,
-        )> = Vec::new();
+        let mut groups: Vec<(Arc<dyn BufferType>, Vec<Bound<'_>>)> = Vec::new();
         let mut homes = HashMap::new();
-        let mut bound: Vec<(String, &tessera_gguf::TensorInfo)> = file
+        let mut bound: Vec<Bound<'_>> = file
             .tensors()
             .iter()
             .filter(|t| t.dtype.is_some())
