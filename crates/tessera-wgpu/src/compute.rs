@@ -60,7 +60,7 @@ pub(crate) fn compute(
         .saturating_add(crate::attention::scratch_bytes(graph, start..end));
     let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, graph, start..end)?;
     // Nodes already recorded with a node before them (crate::fuse).
-    let mut fused: [Option<TensorId>; 3] = [None; 3];
+    let mut fused: Taken = NOTHING;
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
@@ -86,7 +86,7 @@ pub(crate) fn compute(
                 batch.set_label(label + suffix);
             }
         };
-        fused = [None; 3];
+        fused = NOTHING;
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
             // The products that read the run's result find it quantized
@@ -110,7 +110,7 @@ pub(crate) fn compute(
                 q8.cancel(quant);
             }
         }
-        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == [None; 3]) {
+        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == NOTHING) {
             // fuse_rope::encode names what it took in.
             label(&mut batch, "");
             if let Some(rest) = fuse_rope::encode(&mut batch, core, graph, placement, &run)
@@ -119,7 +119,7 @@ pub(crate) fn compute(
                 fused = rest;
             }
         }
-        if fused == [None; 3]
+        if fused == NOTHING
             && let Some(q8) = q8.as_mut()
             && let Some(run) = glu_products::plan(core, graph, placement, &counts, id, end)
                 .map_err(|e| annotate(e, graph, id))?
@@ -131,7 +131,7 @@ pub(crate) fn compute(
                 fused = run.rest();
             }
         }
-        if fused == [None; 3]
+        if fused == NOTHING
             && let Some(q8) = q8.as_mut()
             && let Some(run) = merge_products::plan(core, graph, placement, id, end)
                 .map_err(|e| annotate(e, graph, id))?
@@ -143,7 +143,7 @@ pub(crate) fn compute(
                 fused = widen(run.rest());
             }
         }
-        if fused == [None; 3] {
+        if fused == NOTHING {
             label(&mut batch, "");
             encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
                 .map_err(|e| annotate(e, graph, id))?;
@@ -164,9 +164,15 @@ pub(crate) fn compute(
     Ok(index)
 }
 
+/// The nodes after the first that a fused dispatch took in (to skip).
+pub(crate) type Taken = [Option<TensorId>; 4];
+
+/// No node taken in.
+const NOTHING: Taken = [None; 4];
+
 /// The nodes a two-node fusion took in, as the compute loop keeps them.
-fn widen([a, b]: [Option<TensorId>; 2]) -> [Option<TensorId>; 3] {
-    [a, b, None]
+fn widen([a, b]: [Option<TensorId>; 2]) -> Taken {
+    [a, b, None, None]
 }
 
 /// Ask the abort callback (if any) whether to stop before submitting more.

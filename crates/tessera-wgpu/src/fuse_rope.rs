@@ -29,7 +29,11 @@
 //! writes, and its source not at all or exactly in place)
 //! joins it too: its items come first and write the queries' result
 //! (binding s4) as a ROPE of its own would. Its result is stored as usual,
-//! for its readers.
+//! for its readers. Where its one reader is a SCALE right after the run
+//! (Gemma 3 scales its queries there), not an output, of an F32 result of
+//! the same shape and contiguous rows, the queries' items store the
+//! scaled result in the SCALE's place instead, computed as the SCALE
+//! computes it (`x * scale + bias`), and the SCALE is not recorded.
 
 use std::sync::Arc;
 
@@ -51,15 +55,22 @@ pub(crate) struct Run {
     /// The queries' ROPE before the keys', joining (the run then starts
     /// there).
     query: Option<TensorId>,
+    /// The SCALE of the queries' result after the run, joining.
+    query_scale: Option<TensorId>,
 }
 
 impl Run {
     /// The nodes after the first that a recording of the whole run takes
     /// in (to skip).
-    fn rest(&self) -> [Option<TensorId>; 3] {
+    fn rest(&self) -> crate::compute::Taken {
         match self.query {
-            Some(_) => [Some(self.rope), Some(self.set_rows), self.values],
-            None => [Some(self.set_rows), self.values, None],
+            Some(_) => [
+                Some(self.rope),
+                Some(self.set_rows),
+                self.values,
+                self.query_scale,
+            ],
+            None => [Some(self.set_rows), self.values, None, None],
         }
     }
 }
@@ -95,8 +106,33 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
         && sq.ne[3] == 1;
     alike.then_some(Run {
         query: Some(id),
+        query_scale: query_scale(graph, counts, id, run.values.unwrap_or(run.set_rows), end),
         ..run
     })
+}
+
+/// The SCALE of the queries' ROPE `q` that can join a run ending at node
+/// `last` (see the module docs): the next node that computes anything,
+/// the ROPE's one reader, neither an output, F32 results of one shape.
+fn query_scale(
+    graph: &Graph,
+    counts: &[u32],
+    q: TensorId,
+    last: TensorId,
+    end: usize,
+) -> Option<TensorId> {
+    let rope = graph.node(q).ok()?;
+    let j = next_computing(graph, last, end)?;
+    let scale = &graph.nodes()[j];
+    let ok = matches!(scale.op, Op::Scale { .. })
+        && scale.src(0) == Some(q)
+        && counts.get(q.index()) == Some(&1)
+        && !rope.flags.contains(Flags::OUTPUT)
+        && scale.view_src.is_none()
+        && scale.layout.dtype == DType::F32
+        && scale.layout.ne == rope.layout.ne
+        && scale.layout.nb[0] == 4;
+    ok.then(|| TensorId::from_index(j as u32))
 }
 
 /// The run of the keys' ROPE `id` (see the module docs), without queries.
@@ -153,6 +189,7 @@ fn keys_run(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<R
         set_rows,
         values: value_write(graph, set_rows, end),
         query: None,
+        query_scale: None,
     })
 }
 
@@ -190,7 +227,7 @@ pub(crate) fn encode(
     graph: &Graph,
     placement: &Placement,
     run: &Run,
-) -> Result<Option<[Option<TensorId>; 3]>> {
+) -> Result<Option<crate::compute::Taken>> {
     let rope = graph.node(run.rope)?;
     let set = graph.node(run.set_rows)?;
     let Op::Rope(p) = rope.op else {
@@ -245,11 +282,19 @@ pub(crate) fn encode(
     };
     let rows = cache.layout.ne[1];
     // The queries' source and result, where they join.
+    // (The queries' result: the SCALE's, where it joins.)
+    let query_scale = match run.query_scale {
+        Some(t) => match graph.node(t)?.op {
+            Op::Scale { scale, bias } => Some((t, scale, bias)),
+            _ => None,
+        },
+        None => None,
+    };
     let query = match run.query {
         Some(q) => {
             let node = graph.node(q)?;
             let src = node.src(0).map(get).transpose()?.flatten();
-            let (Some(qs), Some(qd)) = (src, get(q)?) else {
+            let (Some(qs), Some(qd)) = (src, get(query_scale.map_or(q, |s| s.0))?) else {
                 return Ok(None);
             };
             let mut written = vec![&cache];
@@ -290,6 +335,12 @@ pub(crate) fn encode(
             u(qd.layout.nb[1])?,
         ]);
         call.params.src[2][1][1] = u(qd.layout.nb[2])?;
+        if let Some((_, scale, bias)) = query_scale {
+            // Stored as the SCALE would (see rope.wgsl's header).
+            call.params.src[1][0][0] = 1;
+            call.params.src[2][0][2] = scale.to_bits();
+            call.params.src[2][0][3] = bias.to_bits();
+        }
         call.buffers[5] = qd.buffer.clone();
         // Every binding of the queries' buffer is written now.
         for k in 1..5 {
@@ -304,7 +355,8 @@ pub(crate) fn encode(
     // The profile's label: the first ROPE's, then what joined it.
     let queries = if query.is_some() { "+ROPE" } else { "" };
     let values_label = if values.is_some() { "+SET_ROWS" } else { "" };
-    batch.extend_label(&format!("{queries}+SET_ROWS{values_label}"));
+    let scale_label = if query_scale.is_some() { "+SCALE" } else { "" };
+    batch.extend_label(&format!("{queries}+SET_ROWS{values_label}{scale_label}"));
     call.items(batch, core, "rope", ROPE, total)?;
     let mut rest = run.rest();
     if values.is_none() {

@@ -196,84 +196,7 @@ fn the_queries_rope_joins_the_keys_dispatch() {
     let Some(dev) = crate::test_device() else {
         return;
     };
-    let (d, hq, hk, tokens, slots) = (16, 4, 2, 3, 6);
-    // `keep_q`: the queries' input an output too, so their result is
-    // not placed over it (else it is: the in-place case).
-    let run = |q_base: f32, fuse: bool, keep_q: bool| -> (Vec<u32>, Vec<u8>, Vec<u8>, u64) {
-        let mut g = Graph::new();
-        let q = g.input("q", DType::F32, &[d * hq, tokens]).unwrap();
-        let k = g.input("k", DType::F32, &[d * hk, tokens]).unwrap();
-        let v = g.input("v", DType::F32, &[d * hk, tokens]).unwrap();
-        let pos = g.input("pos", DType::I32, &[tokens]).unwrap();
-        let ff = g.input("ff", DType::F32, &[d / 2]).unwrap();
-        let at = g.input("at", DType::I64, &[tokens]).unwrap();
-        let ck = g.input("ck", DType::F16, &[d * hk, slots]).unwrap();
-        let cv = g.input("cv", DType::F16, &[d * hk, slots]).unwrap();
-        let p = |base| RopeParams::new(d, RopeMode::Neox, base);
-        let q3 = g.reshape(q, &[d, hq, tokens]).unwrap();
-        let rq = g.rope(q3, pos, Some(ff), p(q_base)).unwrap();
-        let k3 = g.reshape(k, &[d, hk, tokens]).unwrap();
-        let rk = g.rope(k3, pos, Some(ff), p(10000.0)).unwrap();
-        let k2 = g.reshape(rk, &[d * hk, tokens]).unwrap();
-        let wk = g.set_rows(ck, k2, at).unwrap();
-        let wv = g.set_rows(cv, v, at).unwrap();
-        for t in [rq, wk, wv] {
-            g.set_output(t).unwrap();
-        }
-        if keep_q {
-            g.set_output(q).unwrap();
-        }
-        let stream = dev.new_wgpu_stream().unwrap();
-        let (pl, _galloc) = crate::test_placement(&dev, &g);
-        let at_q = |t| pl.get(t).unwrap().offset;
-        assert_eq!(at_q(rq) == at_q(q), !keep_q, "the queries' result in place");
-        let f = |n: usize, m: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| ((i * m) % 101) as f32 / 25.0 - 2.0)
-                .collect()
-        };
-        pl.tensor(&g, q)
-            .unwrap()
-            .write_f32(&f(d * hq * tokens, 29))
-            .unwrap();
-        pl.tensor(&g, k)
-            .unwrap()
-            .write_f32(&f(d * hk * tokens, 37))
-            .unwrap();
-        pl.tensor(&g, v)
-            .unwrap()
-            .write_f32(&f(d * hk * tokens, 53))
-            .unwrap();
-        let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + i as f32 * 0.25).collect();
-        pl.tensor(&g, ff).unwrap().write_f32(&factors).unwrap();
-        let pb: Vec<u8> = [7i32, 8, 30].iter().flat_map(|x| x.to_le_bytes()).collect();
-        pl.tensor(&g, pos).unwrap().write(0, &pb).unwrap();
-        let ab: Vec<u8> = [4i64, 0, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
-        pl.tensor(&g, at).unwrap().write(0, &ab).unwrap();
-        for c in [ck, cv] {
-            let before: Vec<f32> = (0..d * hk * slots).map(|i| i as f32 * 0.25).collect();
-            let mut h = vec![0u8; before.len() * 2];
-            tessera::quant::from_f32(DType::F16, &before, &mut h).unwrap();
-            pl.tensor(&g, c).unwrap().write(0, &h).unwrap();
-        }
-        crate::fuse::force(Some(fuse));
-        let n0 = crate::batch::counts::now().0;
-        stream.compute(&g, &pl).unwrap();
-        let n = crate::batch::counts::now().0 - n0;
-        crate::fuse::force(None);
-        let qs = pl.tensor(&g, rq).unwrap().read_f32().unwrap();
-        let read = |c| {
-            let mut out = vec![0u8; d * hk * slots * 2];
-            pl.tensor(&g, c).unwrap().read(0, &mut out).unwrap();
-            out
-        };
-        (
-            qs.iter().map(|x| x.to_bits()).collect(),
-            read(ck),
-            read(cv),
-            n,
-        )
-    };
+    let run = |q_base: f32, fuse: bool, keep_q: bool| run_layer(&dev, q_base, fuse, keep_q, None);
     let (q1, k1, v1, n1) = run(10000.0, true, false);
     assert_eq!(n1, 1, "one dispatch fused");
     for keep_q in [false, true] {
@@ -293,4 +216,128 @@ fn the_queries_rope_joins_the_keys_dispatch() {
     assert_eq!(n2, 2, "queries rotated otherwise: a dispatch of their own");
     assert!(q2 == q3 && k2 == k1, "the queries with another base");
     assert!(q2 != q1, "another base rotates otherwise");
+}
+
+/// One layer's queries, keys and values as in
+/// [`the_queries_rope_joins_the_keys_dispatch`] (`keep_q`: the queries'
+/// input an output too, so their result is not placed over it; else it
+/// is: the in-place case), computed with fusion on or off, the queries
+/// scaled by `scale` (`x * scale + bias`) where given: the bits of the
+/// queries' result, both caches' bytes, and the dispatches.
+fn run_layer(
+    dev: &crate::WgpuDevice,
+    q_base: f32,
+    fuse: bool,
+    keep_q: bool,
+    scale: Option<(f32, f32)>,
+) -> (Vec<u32>, Vec<u8>, Vec<u8>, u64) {
+    let (d, hq, hk, tokens, slots) = (16, 4, 2, 3, 6);
+
+    let mut g = Graph::new();
+    let q = g.input("q", DType::F32, &[d * hq, tokens]).unwrap();
+    let k = g.input("k", DType::F32, &[d * hk, tokens]).unwrap();
+    let v = g.input("v", DType::F32, &[d * hk, tokens]).unwrap();
+    let pos = g.input("pos", DType::I32, &[tokens]).unwrap();
+    let ff = g.input("ff", DType::F32, &[d / 2]).unwrap();
+    let at = g.input("at", DType::I64, &[tokens]).unwrap();
+    let ck = g.input("ck", DType::F16, &[d * hk, slots]).unwrap();
+    let cv = g.input("cv", DType::F16, &[d * hk, slots]).unwrap();
+    let p = |base| RopeParams::new(d, RopeMode::Neox, base);
+    let q3 = g.reshape(q, &[d, hq, tokens]).unwrap();
+    let rq = g.rope(q3, pos, Some(ff), p(q_base)).unwrap();
+    let k3 = g.reshape(k, &[d, hk, tokens]).unwrap();
+    let rk = g.rope(k3, pos, Some(ff), p(10000.0)).unwrap();
+    let k2 = g.reshape(rk, &[d * hk, tokens]).unwrap();
+    let wk = g.set_rows(ck, k2, at).unwrap();
+    let wv = g.set_rows(cv, v, at).unwrap();
+    // The queries' result: the ROPE's, or its SCALE's.
+    let rq = match scale {
+        Some((s, b)) => g.scale_bias(rq, s, b).unwrap(),
+        None => rq,
+    };
+    for t in [rq, wk, wv] {
+        g.set_output(t).unwrap();
+    }
+    if keep_q {
+        g.set_output(q).unwrap();
+    }
+    let stream = dev.new_wgpu_stream().unwrap();
+    let (pl, _galloc) = crate::test_placement(dev, &g);
+    let at_q = |t| pl.get(t).unwrap().offset;
+    if scale.is_none() {
+        assert_eq!(at_q(rq) == at_q(q), !keep_q, "the queries' result in place");
+    }
+    let f = |n: usize, m: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * m) % 101) as f32 / 25.0 - 2.0)
+            .collect()
+    };
+    pl.tensor(&g, q)
+        .unwrap()
+        .write_f32(&f(d * hq * tokens, 29))
+        .unwrap();
+    pl.tensor(&g, k)
+        .unwrap()
+        .write_f32(&f(d * hk * tokens, 37))
+        .unwrap();
+    pl.tensor(&g, v)
+        .unwrap()
+        .write_f32(&f(d * hk * tokens, 53))
+        .unwrap();
+    let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + i as f32 * 0.25).collect();
+    pl.tensor(&g, ff).unwrap().write_f32(&factors).unwrap();
+    let pb: Vec<u8> = [7i32, 8, 30].iter().flat_map(|x| x.to_le_bytes()).collect();
+    pl.tensor(&g, pos).unwrap().write(0, &pb).unwrap();
+    let ab: Vec<u8> = [4i64, 0, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
+    pl.tensor(&g, at).unwrap().write(0, &ab).unwrap();
+    for c in [ck, cv] {
+        let before: Vec<f32> = (0..d * hk * slots).map(|i| i as f32 * 0.25).collect();
+        let mut h = vec![0u8; before.len() * 2];
+        tessera::quant::from_f32(DType::F16, &before, &mut h).unwrap();
+        pl.tensor(&g, c).unwrap().write(0, &h).unwrap();
+    }
+    crate::fuse::force(Some(fuse));
+    let n0 = crate::batch::counts::now().0;
+    stream.compute(&g, &pl).unwrap();
+    let n = crate::batch::counts::now().0 - n0;
+    crate::fuse::force(None);
+    let qs = pl.tensor(&g, rq).unwrap().read_f32().unwrap();
+    let read = |c| {
+        let mut out = vec![0u8; d * hk * slots * 2];
+        pl.tensor(&g, c).unwrap().read(0, &mut out).unwrap();
+        out
+    };
+    (
+        qs.iter().map(|x| x.to_bits()).collect(),
+        read(ck),
+        read(cv),
+        n,
+    )
+}
+
+/// Gemma 3 scales its queries after their ROPE: the SCALE (with and
+/// without a bias, the queries' input kept or not) joins the layer's one
+/// dispatch, the scaled queries and both caches bit for bit those of
+/// every node alone (five dispatches); a SCALE of queries rotated
+/// otherwise (their own dispatch) is not taken in (three).
+#[test]
+fn the_queries_scale_joins_the_rope_dispatch() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    for (scale, keep_q) in [((0.125, 0.0), false), ((-0.3, 0.75), true)] {
+        let (qf, kf, vf, nf) = run_layer(&dev, 10000.0, true, keep_q, Some(scale));
+        let (q0, k0, v0, n0) = run_layer(&dev, 10000.0, false, keep_q, Some(scale));
+        assert_eq!(
+            (nf, n0),
+            (1, 5),
+            "{scale:?}: one dispatch fused, five apart"
+        );
+        assert!(qf == q0, "{scale:?}: the scaled queries differ");
+        assert!(kf == k0 && vf == v0, "{scale:?}: the caches differ");
+    }
+    let (q2, _, _, n2) = run_layer(&dev, 500.0, true, false, Some((0.125, 0.0)));
+    let (q3, _, _, _) = run_layer(&dev, 500.0, false, false, Some((0.125, 0.0)));
+    assert_eq!(n2, 3, "queries rotated otherwise: ROPE and SCALE apart");
+    assert!(q2 == q3);
 }

@@ -72,8 +72,8 @@ pub(crate) struct Run {
 
 impl Run {
     /// The nodes after the first that this run records (to skip).
-    pub(crate) fn rest(&self) -> [Option<TensorId>; 3] {
-        [Some(self.second), Some(self.glu), None]
+    pub(crate) fn rest(&self) -> crate::compute::Taken {
+        [Some(self.second), Some(self.glu), None, None]
     }
 }
 

@@ -17,8 +17,9 @@
 // + e nb_d.x). off2.w > 0: the first off2.w items rotate queries alike
 // (fuse_rope.rs) into s4 (F32): ne_1.y heads, source at byte ne_1.z of s0
 // (head and token strides nb_1.y, nb_1.z), result at byte ne_1.w of s4
-// (strides nb_1.w, nb_2.y; elements contiguous); the items after them are
-// the keys' and values' as above.
+// (strides nb_1.w, nb_2.y; elements contiguous), stored as a SCALE stores
+// x * scale + bias where ne_1.x = 1 (scale, bias: the bits ne_2.z, ne_2.w);
+// the items after them are the keys' and values' as above.
 
 const TWO_PI_HI: f32 = 6.28318548202514648;
 const TWO_PI_LO: f32 = -1.7484556000744487e-7;
@@ -80,7 +81,10 @@ fn rope_stream(k: u32) -> vec2<u32> {
 // Element i0 of a result row at byte `row`: a query's (s4, F32, the
 // queries' dispatch only) or d's.
 fn rope_st(query: bool, row: u32, i0: u32, v: f32) {
-    if (query) {
+    if (query && P.ne_1.x == 1u) {
+        // The expression of unary.wgsl's SCALE (the same bits).
+        s4_st(row + 4u * i0, v * bitcast<f32>(P.ne_2.z) + bitcast<f32>(P.ne_2.w));
+    } else if (query) {
         s4_st(row + 4u * i0, v);
     } else {
         d_st(row + i0 * P.nb_d.x, v);
