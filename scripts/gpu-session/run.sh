@@ -9,6 +9,8 @@
 #     workgroup memory), merged products (TESSERA_WGPU_MERGE=0 off) and
 #     gate/up with their GLU in one dispatch (TESSERA_WGPU_GLU_PRODUCTS=0
 #     off), decoding tg128;
+#   - a tied output matrix's copy on the GPU (Gemma 3 270M-shaped file;
+#     --ngl 18 leaves the output on the CPU), decoding;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
@@ -95,6 +97,7 @@ mkdir -p "$M"
 for t in q4_0 q4_K; do
     step 120 "$G/bin/synth" llama "$t" "$G/vocab.gguf" "$M/1b-$t.gguf" llama-3.2-1b
 done
+step 60 "$G/bin/synth" gemma3 q4_0 "$G/vocab.gguf" "$M/g270-q4_0.gguf" gemma-3-270m
 
 say "greedy tokens: default, products one by one, gate/up and GLU apart, no fusion at all (same bits: same md5)"
 for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_GLU_PRODUCTS=0 TESSERA_WGPU_FUSE=0; do
@@ -123,6 +126,14 @@ for run in "q4_0 1" "q4_0 2" "q4_K 1"; do
         env $opts timeout -k 5 60 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
             -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
     done
+done
+
+say "Gemma 3 270M-shaped, output tied to the embeddings: its copy on the GPU (default) / the output on the CPU (--ngl 18)"
+for ngl in "" "--ngl 18"; do
+    echo "-- ${ngl:-default}" >>"$LOG"
+    # shellcheck disable=SC2086 # empty or two words
+    step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 $ngl \
+        -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
 done
 
 say "prompts: integer tiles (default), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"

@@ -1,7 +1,9 @@
 //! Write a synthetic model: `synth ARCH WTYPE VOCAB.gguf OUT.gguf [SHAPE]`
 //! (the cross-check script runs it through llama.cpp and Tessera). SHAPE:
-//! `small` (default), `llama-3.2-1b` (the benchmark files; ARCH llama) or
-//! `rows-256` (one layer of 256-wide rows: files for every weight type).
+//! `small` (default), `llama-3.2-1b` (the benchmark files; ARCH llama),
+//! `gemma-3-270m` (ARCH gemma3: Gemma 3 270M's layers, its output tied to
+//! the embeddings) or `rows-256` (one layer of 256-wide rows: files for
+//! every weight type).
 
 use tessera::DType;
 use tessera_llm::Arch;
@@ -11,7 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 && a.len() != 6 {
         return Err(
-            "usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf [small|llama-3.2-1b|rows-256]".into(),
+            "usage: synth ARCH WTYPE VOCAB.gguf OUT.gguf [small|llama-3.2-1b|gemma-3-270m|rows-256]"
+                .into(),
         );
     }
     let arch = Arch::from_name(&a[1])?;
@@ -20,6 +23,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = match a.get(5).map(String::as_str) {
         None | Some("small") => SyntheticSpec::small(arch, wtype),
         Some("llama-3.2-1b") => SyntheticSpec::llama_3_2_1b(wtype),
+        // 640 wide, 18 layers, 4 heads of 256 over one KV head, FFN 2048.
+        Some("gemma-3-270m") => SyntheticSpec {
+            n_embd: 640,
+            n_layer: 18,
+            n_ff: 2048,
+            n_head: 4,
+            n_head_kv: 1,
+            head_dim: 256,
+            n_ctx: 8192,
+            ..SyntheticSpec::small(arch, wtype)
+        },
         // Rows of 256 and 512 values: every K- and IQ4 type applies
         // (scripts/gguf-dequant-check/make-quant-files.sh).
         Some("rows-256") => SyntheticSpec {
