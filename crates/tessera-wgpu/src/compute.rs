@@ -101,7 +101,7 @@ pub(crate) fn compute(
             if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = widen(run.rest());
+                fused = run.rest();
                 if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
                     q8.commit(graph.memory_root(run.result())?.0, quant);
                 }

@@ -22,6 +22,11 @@
 //! multiplies, under the same conditions for the norm and the MUL, with
 //! the weights ready when the ADD runs and neither result overlapping an
 //! input other than exactly in place.
+//!
+//! And where what the ADD adds is itself an RMS_NORM and its MUL, read by
+//! nothing but the ADD (Gemma 3's norms after attention and after the
+//! feed-forward block, before the residual sum), those join too
+//! ([`crate::fuse_sandwich`]): five nodes, one dispatch.
 
 use std::sync::Arc;
 
@@ -34,21 +39,32 @@ use crate::matvec_q8::Quantized;
 use crate::wgsl::Binding;
 
 /// A run of nodes recorded as one dispatch: a residual ADD (if any), the
-/// RMS_NORM of its result (or of any input) and the MUL of that by `w`.
+/// RMS_NORM of its result (or of any input) and the MUL of that by `w`;
+/// before the ADD, maybe the norm and MUL of what it adds (`pre`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Run {
-    add: Option<TensorId>,
-    norm: TensorId,
-    mul: TensorId,
-    w: TensorId,
+    pub(crate) pre: Option<Pre>,
+    pub(crate) add: Option<TensorId>,
+    pub(crate) norm: TensorId,
+    pub(crate) mul: TensorId,
+    pub(crate) w: TensorId,
+}
+
+/// An RMS_NORM and its MUL by `w` whose result only the run's ADD reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pre {
+    pub(crate) norm: TensorId,
+    pub(crate) mul: TensorId,
+    pub(crate) w: TensorId,
 }
 
 impl Run {
     /// The nodes after the first that this run records (to skip).
-    pub(crate) fn rest(&self) -> [Option<TensorId>; 2] {
-        match self.add {
-            Some(_) => [Some(self.norm), Some(self.mul)],
-            None => [Some(self.mul), None],
+    pub(crate) fn rest(&self) -> crate::compute::Taken {
+        match (self.pre, self.add) {
+            (Some(pre), add) => [Some(pre.mul), add, Some(self.norm), Some(self.mul)],
+            (None, Some(_)) => [Some(self.norm), Some(self.mul), None, None],
+            (None, None) => [Some(self.mul), None, None, None],
         }
     }
 
@@ -59,10 +75,10 @@ impl Run {
 
     /// What the profile adds to the first node's label.
     pub(crate) fn label(&self) -> &'static str {
-        if self.add.is_some() {
-            "+RMS_NORM+MUL"
-        } else {
-            "+MUL"
+        match (self.pre, self.add) {
+            (Some(_), _) => "+MUL+ADD+RMS_NORM+MUL",
+            (None, Some(_)) => "+RMS_NORM+MUL",
+            (None, None) => "+MUL",
         }
     }
 }
@@ -86,12 +102,14 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     if !enabled() {
         return None;
     }
-    add_norm_mul(graph, counts, id, end).or_else(|| norm_mul(graph, counts, id, end))
+    crate::fuse_sandwich::plan(graph, counts, id, end)
+        .or_else(|| add_norm_mul(graph, counts, id, end))
+        .or_else(|| norm_mul(graph, counts, id, end))
 }
 
 /// The MUL that RMS_NORM node `id` can be fused with, and the MUL's other
 /// operand (the weights).
-fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
+pub(crate) fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
     let nodes = graph.nodes();
     let norm = nodes.get(id.index())?;
     if !matches!(norm.op, Op::RmsNorm { .. })
@@ -117,6 +135,7 @@ fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<R
     let (root, _) = graph.memory_root(w).ok()?;
     let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
     ready.then(|| Run {
+        pre: None,
         add: None,
         norm: id,
         mul: TensorId::from_index(j as u32),
@@ -140,9 +159,13 @@ pub(crate) fn encode(
     let Op::RmsNorm { eps } = graph.node(run.norm)?.op else {
         return Ok(false);
     };
-    let call = match run.add {
-        Some(add) => add_norm_mul_call(core, graph, placement, run, add)?,
-        None => norm_mul_call(core, graph, placement, run)?,
+    let call = match (run.pre, run.add) {
+        (Some(pre), Some(add)) => {
+            crate::fuse_sandwich::call(core, graph, placement, run, &pre, add)?
+        }
+        (None, Some(add)) => add_norm_mul_call(core, graph, placement, run, add)?,
+        (None, None) => norm_mul_call(core, graph, placement, run)?,
+        (Some(_), None) => None,
     };
     let Some((mut call, rows_of)) = call else {
         return Ok(false);
@@ -187,7 +210,7 @@ fn norm_mul_call(
 /// the norm and its MUL as [`norm_mul`] asks, nothing computed between the
 /// ADD and the norm, and the weights ready when the ADD runs. The ADD's
 /// result is written as usual (the residual stream has other readers).
-fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
+pub(crate) fn add_norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> Option<Run> {
     let nodes = graph.nodes();
     let add = nodes.get(id.index())?;
     let same = |s: Option<TensorId>| {
@@ -235,7 +258,7 @@ pub(crate) fn overlap(a: &Operand, b: &Operand) -> Result<bool> {
 
 /// Whether `out` may be written while `inp` is read, row by row: other
 /// buffers, no overlap, or exactly in place.
-fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
+pub(crate) fn disjoint_or_in_place(out: &Operand, inp: &Operand) -> Result<bool> {
     Ok(!overlap(out, inp)? || (out.offset == inp.offset && out.layout.nb == inp.layout.nb))
 }
 

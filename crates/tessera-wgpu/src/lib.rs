@@ -35,6 +35,7 @@ pub mod event;
 pub mod family;
 mod fuse;
 mod fuse_rope;
+mod fuse_sandwich;
 #[cfg(test)]
 mod fused_quant_tests;
 mod glu_products;

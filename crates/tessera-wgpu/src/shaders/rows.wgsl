@@ -2,8 +2,11 @@
 // 2 SUM_ROWS, 3 SOFT_MAX (scale fp.x, ALiBi max_bias fp.y, mask src1 when
 // iu.y = 1, sinks src2 (one f32 per head) when iu.z = 1), 4 ARGMAX (ties: the last index, as ggml), 5 L2_NORM (eps fp.x),
 // 6 RMS_NORM then MUL by src1 (broadcast as ggml's MUL: each dimension modulo src1's),
-// 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights.
-// Modes 6 and 7 with iu2.z = 1 (a contiguous destination, rows of at most
+// 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights,
+// 8 (rows of at most 256 RV values; fuse_sandwich.rs) as 6 with the F32
+// vector of weights at byte iu.w of src2 and eps fp.y, then as 7 with that
+// result as src0.
+// Modes 6, 7 and 8 with iu2.z = 1 (a contiguous destination, rows of at most
 // 256 RV = 4096 values) also quantize each row they write for the integer
 // products, as quant_act.wgsl would, into s4 (the stream's scratch): by
 // blocks of 32 in the destination's order, block j's bytes at byte
@@ -47,7 +50,7 @@ fn quantize_part(l: u32, row: u32, n: u32, c0: u32, len: u32) {
 // (rows of at most 256 RV values: 4096, a 7-8B model's).
 const RV: u32 = 16u;
 
-// Modes 0, 6 and 7 for a row of at most 256 RV values, as main's loops
+// Modes 0, 6, 7 and 8 for a row of at most 256 RV values, as main's loops
 // compute them (the same operations in the same order), with the
 // row's values kept in registers: every load of a loop is issued before
 // its first store. Stores into a storage buffer may alias any other (in a
@@ -64,9 +67,37 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
             h[j] = s0_ld(x_row + e * P.nb_0.x);
         }
     }
+    if (mode == 8u) {
+        // RMS_NORM and MUL by the vector at byte iu.w of s2, as mode 6
+        // computes them (its result is the ADD's first operand below).
+        var sq1 = 0.0;
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                sq1 = sq1 + h[j] * h[j];
+            }
+        }
+        sq1 = reduce_sum(l, sq1);
+        let scale1 = 1.0 / sqrt(sq1 / f32(n) + P.fp.y);
+        var w1: array<f32, RV>;
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                w1[j] = s2_ld(P.iu.w + e * 4u);
+            }
+        }
+        for (var j = 0u; j < RV; j = j + 1u) {
+            let e = l + 256u * j;
+            if (e < n) {
+                var y = h[j] * scale1;
+                y = y * w1[j];
+                h[j] = y;
+            }
+        }
+    }
     var sq = 0.0;
     var w_row = 0u;
-    if (mode == 7u) {
+    if (mode == 7u || mode == 8u) {
         let b_row = P.off.z + i.x * P.nb_1.y + i.y * P.nb_1.z + i.z * P.nb_1.w;
         for (var j = 0u; j < RV; j = j + 1u) {
             let e = l + 256u * j;
@@ -102,7 +133,7 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
     for (var j = 0u; j < RV; j = j + 1u) {
         let e = l + 256u * j;
         if (e < n && mode != 0u) {
-            if (mode == 7u) {
+            if (mode == 7u || mode == 8u) {
                 w[j] = s2_ld(w_row + (e % P.ne_2.x) * P.nb_2.x);
             } else {
                 w[j] = s1_ld(w_row + (e % P.ne_1.x) * P.nb_1.x);
@@ -228,7 +259,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // (the host asks for it only for rows the registers hold). A plain
     // RMS_NORM takes the same code as the fused ones (the same bits as a
     // fused norm gives).
-    if ((mode == 0u || mode == 6u || mode == 7u) && n <= 256u * RV) {
+    if ((mode == 0u || mode == 6u || mode == 7u || mode == 8u) && n <= 256u * RV) {
         norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row);
         return;
     }
