@@ -93,7 +93,7 @@ pub(crate) fn compute(
             // (the kernel quantizes rows of whole blocks that it holds in
             // registers: at most fuse::QUANTIZED_ROW values).
             let n = graph.layout(run.result())?.ne[0];
-            let whole_blocks = n % 32 == 0 && n <= fuse::QUANTIZED_ROW;
+            let whole_blocks = n % 32 == 0 && n <= fuse::QUANTIZED_ROW && run.quantizes();
             let quant = q8
                 .as_mut()
                 .filter(|_| whole_blocks)

@@ -40,19 +40,21 @@ use crate::wgsl::Binding;
 
 /// A run of nodes recorded as one dispatch: a residual ADD (if any), the
 /// RMS_NORM of its result (or of any input) and the MUL of that by `w`;
-/// before the ADD, maybe the norm and MUL of what it adds (`pre`).
+/// before the ADD, maybe the norm and MUL of what it adds (`pre`); or,
+/// without an ADD, another norm and MUL right after (`pair`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Run {
-    pub(crate) pre: Option<Pre>,
+    pub(crate) pre: Option<NormMul>,
     pub(crate) add: Option<TensorId>,
     pub(crate) norm: TensorId,
     pub(crate) mul: TensorId,
     pub(crate) w: TensorId,
+    pub(crate) pair: Option<NormMul>,
 }
 
-/// An RMS_NORM and its MUL by `w` whose result only the run's ADD reads.
+/// An RMS_NORM and its MUL by `w`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Pre {
+pub(crate) struct NormMul {
     pub(crate) norm: TensorId,
     pub(crate) mul: TensorId,
     pub(crate) w: TensorId,
@@ -61,10 +63,11 @@ pub(crate) struct Pre {
 impl Run {
     /// The nodes after the first that this run records (to skip).
     pub(crate) fn rest(&self) -> crate::compute::Taken {
-        match (self.pre, self.add) {
-            (Some(pre), add) => [Some(pre.mul), add, Some(self.norm), Some(self.mul)],
-            (None, Some(_)) => [Some(self.norm), Some(self.mul), None, None],
-            (None, None) => [Some(self.mul), None, None, None],
+        match (self.pre, self.add, self.pair) {
+            (Some(pre), add, _) => [Some(pre.mul), add, Some(self.norm), Some(self.mul)],
+            (None, Some(_), _) => [Some(self.norm), Some(self.mul), None, None],
+            (None, None, Some(p)) => [Some(self.mul), Some(p.norm), Some(p.mul), None],
+            (None, None, None) => [Some(self.mul), None, None, None],
         }
     }
 
@@ -75,11 +78,18 @@ impl Run {
 
     /// What the profile adds to the first node's label.
     pub(crate) fn label(&self) -> &'static str {
-        match (self.pre, self.add) {
-            (Some(_), _) => "+MUL+ADD+RMS_NORM+MUL",
-            (None, Some(_)) => "+RMS_NORM+MUL",
-            (None, None) => "+MUL",
+        match (self.pre, self.add, self.pair) {
+            (Some(_), _, _) => "+MUL+ADD+RMS_NORM+MUL",
+            (None, Some(_), _) => "+RMS_NORM+MUL",
+            (None, None, Some(_)) => "+MUL (x2)",
+            (None, None, None) => "+MUL",
         }
+    }
+
+    /// Whether the dispatch can also quantize the run's result (not a
+    /// pair's: two results).
+    pub(crate) fn quantizes(&self) -> bool {
+        self.pair.is_none()
     }
 }
 
@@ -104,6 +114,7 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     }
     crate::fuse_sandwich::plan(graph, counts, id, end)
         .or_else(|| add_norm_mul(graph, counts, id, end))
+        .or_else(|| crate::fuse_pair::plan(graph, counts, id, end))
         .or_else(|| norm_mul(graph, counts, id, end))
 }
 
@@ -136,6 +147,7 @@ pub(crate) fn norm_mul(graph: &Graph, counts: &[u32], id: TensorId, end: usize) 
     let ready = root.index() < id.index() || nodes.get(root.index())?.is_leaf();
     ready.then(|| Run {
         pre: None,
+        pair: None,
         add: None,
         norm: id,
         mul: TensorId::from_index(j as u32),
@@ -159,13 +171,14 @@ pub(crate) fn encode(
     let Op::RmsNorm { eps } = graph.node(run.norm)?.op else {
         return Ok(false);
     };
-    let call = match (run.pre, run.add) {
-        (Some(pre), Some(add)) => {
+    let call = match (run.pre, run.add, run.pair) {
+        (Some(pre), Some(add), _) => {
             crate::fuse_sandwich::call(core, graph, placement, run, &pre, add)?
         }
-        (None, Some(add)) => add_norm_mul_call(core, graph, placement, run, add)?,
-        (None, None) => norm_mul_call(core, graph, placement, run)?,
-        (Some(_), None) => None,
+        (None, Some(add), _) => add_norm_mul_call(core, graph, placement, run, add)?,
+        (None, None, Some(pair)) => crate::fuse_pair::call(core, graph, placement, run, &pair)?,
+        (None, None, None) => norm_mul_call(core, graph, placement, run)?,
+        (Some(_), None, _) => None,
     };
     let Some((mut call, rows_of)) = call else {
         return Ok(false);

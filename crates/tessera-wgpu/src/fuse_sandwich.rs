@@ -28,7 +28,7 @@ use tessera::{DType, Flags, Graph, Layout, Placement, Result, TensorId};
 use crate::device::Core;
 use crate::encode::{Call, operand};
 use crate::fuse::{
-    Pre, Run, add_norm_mul, disjoint_or_in_place, next_computing, norm_mul, overlap,
+    NormMul, Run, add_norm_mul, disjoint_or_in_place, next_computing, norm_mul, overlap,
 };
 use crate::wgsl::Binding;
 
@@ -72,7 +72,8 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
         && ready(r)
         && ready(run.w);
     ok.then_some(Run {
-        pre: Some(Pre {
+        pair: None,
+        pre: Some(NormMul {
             norm: id,
             mul: y1,
             w: first.w,
@@ -89,7 +90,7 @@ pub(crate) fn call(
     graph: &Graph,
     placement: &Placement,
     run: &Run,
-    pre: &Pre,
+    pre: &NormMul,
     add: TensorId,
 ) -> Result<Option<(Call, Layout)>> {
     let tessera::Op::RmsNorm { eps } = graph.node(pre.norm)?.op else {

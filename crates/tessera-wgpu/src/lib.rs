@@ -34,6 +34,7 @@ mod errors;
 pub mod event;
 pub mod family;
 mod fuse;
+mod fuse_pair;
 mod fuse_rope;
 mod fuse_sandwich;
 #[cfg(test)]

@@ -5,7 +5,12 @@
 // 7 ADD of src0 and src1 (same shape) stored in src3, then as 6 with src2's weights,
 // 8 (rows of at most 256 RV values; fuse_sandwich.rs) as 6 with the F32
 // vector of weights at byte iu.w of src2 and eps fp.y, then as 7 with that
-// result as src0.
+// result as src0,
+// 9 (fuse.rs's pairs: rows of at most 256 RV values, contiguous F32
+// vectors of weights, contiguous F32 results) two of mode 6 in one
+// dispatch: the workgroups after the first tensor's rows take a second's,
+// its input at byte off.w of src0 (extents ne_2, strides nb_2), its
+// weights at byte off2.x of src1, its result at byte iu.y of d.
 // Modes 6, 7 and 8 with iu2.z = 1 (a contiguous destination, rows of at most
 // 256 RV = 4096 values) also quantize each row they write for the integer
 // products, as quant_act.wgsl would, into s4 (the stream's scratch): by
@@ -58,8 +63,10 @@ const RV: u32 = 16u;
 // main's loops each iteration's loads wait for the previous iteration's
 // stores: one round trip to memory per value, which dominated a decoding
 // step's one-row norms.
+// w6: mode 6's weights for the row (byte of its first value, extent and
+// stride of dimension 0: the weights repeat along it as ggml's MUL does).
 fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u32,
-        d_row: u32) {
+        d_row: u32, w6: vec3<u32>) {
     var h: array<f32, RV>;
     for (var j = 0u; j < RV; j = j + 1u) {
         let e = l + 256u * j;
@@ -123,8 +130,7 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
             }
         }
         if (mode == 6u) {
-            w_row = P.off.z + (i.x % P.ne_1.y) * P.nb_1.y + (i.y % P.ne_1.z) * P.nb_1.z
-                + (i.z % P.ne_1.w) * P.nb_1.w;
+            w_row = w6.x;
         }
     }
     sq = reduce_sum(l, sq);
@@ -136,7 +142,7 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
             if (mode == 7u || mode == 8u) {
                 w[j] = s2_ld(w_row + (e % P.ne_2.x) * P.nb_2.x);
             } else {
-                w[j] = s1_ld(w_row + (e % P.ne_1.x) * P.nb_1.x);
+                w[j] = s1_ld(w_row + (e % w6.y) * w6.z);
             }
         }
     }
@@ -174,17 +180,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     lanes_init(lanes);
     let row = group_index(wid, nwg);
     let nrows = P.ne_0.y * P.ne_0.z * P.ne_0.w;
+    let mode = P.iu.x;
+    let n = P.ne_0.x;
+    let l = lidv.x;
+    if (mode == 9u) {
+        // Two RMS_NORM + MUL in one dispatch (see the header): row r of
+        // the first tensor, or of the second. Uniform per workgroup.
+        var ne = P.ne_0;
+        var nb = P.nb_0;
+        var at = vec3<u32>(P.off.y, P.off.z, P.off.x);
+        var r = row;
+        if (row >= nrows) {
+            r = row - nrows;
+            ne = P.ne_2;
+            nb = P.nb_2;
+            at = vec3<u32>(P.off.w, P.off2.x, P.iu.y);
+        }
+        if (r >= ne.y * ne.z * ne.w) {
+            return;
+        }
+        let j1 = r % ne.y;
+        let j2 = (r / ne.y) % ne.z;
+        let j3 = r / (ne.y * ne.z);
+        let x_at = at.x + j1 * nb.y + j2 * nb.z + j3 * nb.w;
+        norm_in_registers(l, r, n, 6u, vec3<u32>(0u), x_at, at.z + r * 4u * n,
+            vec3<u32>(at.y, n, 4u));
+        return;
+    }
     if (row >= nrows) {
         return;
     }
-    let l = lidv.x;
     let i1 = row % P.ne_0.y;
     let i2 = (row / P.ne_0.y) % P.ne_0.z;
     let i3 = row / (P.ne_0.y * P.ne_0.z);
-    let n = P.ne_0.x;
     let x_row = P.off.y + i1 * P.nb_0.y + i2 * P.nb_0.z + i3 * P.nb_0.w;
     let d_row = P.off.x + i1 * P.nb_d.y + i2 * P.nb_d.z + i3 * P.nb_d.w;
-    let mode = P.iu.x;
     if (mode == 4u) {
         var best = neg_inf();
         var idx = 0u;
@@ -260,7 +290,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // RMS_NORM takes the same code as the fused ones (the same bits as a
     // fused norm gives).
     if ((mode == 0u || mode == 6u || mode == 7u || mode == 8u) && n <= 256u * RV) {
-        norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row);
+        let w6 = vec3<u32>(P.off.z + (i1 % P.ne_1.y) * P.nb_1.y + (i2 % P.ne_1.z) * P.nb_1.z
+            + (i3 % P.ne_1.w) * P.nb_1.w, P.ne_1.x, P.nb_1.x);
+        norm_in_registers(l, row, n, mode, vec3<u32>(i1, i2, i3), x_row, d_row, w6);
         return;
     }
     if (mode == 7u) {
