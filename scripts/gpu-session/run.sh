@@ -10,7 +10,8 @@
 #     gate/up with their GLU in one dispatch (TESSERA_WGPU_GLU_PRODUCTS=0
 #     off), decoding tg128;
 #   - a tied output matrix's copy on the GPU (Gemma 3 270M-shaped file;
-#     --ngl 18 leaves the output on the CPU), decoding;
+#     --ngl 18 leaves the output on the CPU) and Gemma's joined norms
+#     (TESSERA_WGPU_FUSE_SANDWICH=0, TESSERA_WGPU_FUSE_PAIR=0 off), decoding;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
@@ -128,12 +129,15 @@ for run in "q4_0 1" "q4_0 2" "q4_K 1"; do
     done
 done
 
-say "Gemma 3 270M-shaped, output tied to the embeddings: its copy on the GPU (default) / the output on the CPU (--ngl 18)"
-for ngl in "" "--ngl 18"; do
-    echo "-- ${ngl:-default}" >>"$LOG"
-    # shellcheck disable=SC2086 # empty or two words
-    step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 $ngl \
-        -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
+say "Gemma 3 270M-shaped, output tied to the embeddings: default / the output on the CPU (--ngl 18) / norms not joined (TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0)"
+for opts in "" "--ngl 18" "TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0"; do
+    echo "-- ${opts:-default}" >>"$LOG"
+    ngl=""
+    envs=""
+    case "$opts" in --ngl*) ngl=$opts ;; *) envs=$opts ;; esac
+    # shellcheck disable=SC2086 # empty or several words
+    ([ -z "$envs" ] || export $envs; step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 $ngl \
+        -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
 done
 
 say "prompts: integer tiles (default), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
