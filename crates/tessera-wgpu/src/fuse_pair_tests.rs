@@ -1,7 +1,7 @@
 //! Tests of [`super`]: two norm + MUL runs (the queries' and the keys'
 //! head norms) as one dispatch, bit for bit the separate runs.
 #![allow(clippy::unwrap_used, clippy::panic)]
-use tessera::{DType, Graph, Stream};
+use tessera::{DType, Graph};
 
 /// Heads of `d` values: queries [d, 4, tokens] and keys [d, 2, tokens],
 /// each normalized (eps `eps_k` for the keys) and multiplied by its
@@ -42,19 +42,10 @@ fn run(
     }
     super::force(Some(on));
     crate::fuse::force(Some(fuse));
-    let before = crate::batch::counts::now().0;
-    stream.compute(&g, &pl).unwrap();
-    let dispatches = crate::batch::counts::now().0 - before;
+    let dispatches = crate::test_compute_counted(&stream, &g, &pl);
     crate::fuse::force(None);
     super::force(None);
-    let bits = [yq, yk]
-        .iter()
-        .map(|&t| {
-            let v = pl.tensor(&g, t).unwrap().read_f32().unwrap();
-            v.iter().map(|x| x.to_bits()).collect()
-        })
-        .collect();
-    (bits, dispatches)
+    (crate::test_bits(&g, &pl, &[yq, yk]), dispatches)
 }
 
 /// Heads of 128 and 256 values, one token and five: one dispatch for

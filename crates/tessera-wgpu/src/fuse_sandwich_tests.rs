@@ -1,7 +1,7 @@
 //! Tests of [`super`]: norm, MUL, residual ADD, norm, MUL as one dispatch,
 //! bit for bit the separate dispatches, and only where nothing can tell.
 #![allow(clippy::unwrap_used, clippy::panic)]
-use tessera::{DType, Graph, Stream, TensorId};
+use tessera::{DType, Graph, TensorId};
 
 const ROWS: usize = 3;
 
@@ -84,20 +84,11 @@ fn run(
     super::force(Some(on));
     crate::fuse::force(Some(fuse));
     crate::matvec_q8::force(Some(true));
-    let before = crate::batch::counts::now().0;
-    stream.compute(&g, &pl).unwrap();
-    let dispatches = crate::batch::counts::now().0 - before;
+    let dispatches = crate::test_compute_counted(&stream, &g, &pl);
     crate::matvec_q8::force(None);
     crate::fuse::force(None);
     super::force(None);
-    let bits = outs
-        .iter()
-        .map(|&t| {
-            let v = pl.tensor(&g, t).unwrap().read_f32().unwrap();
-            v.iter().map(|x| x.to_bits()).collect()
-        })
-        .collect();
-    (bits, dispatches)
+    (crate::test_bits(&g, &pl, &outs), dispatches)
 }
 
 /// Rows of 640 and 4,096 (read quantized by a product: the fused dispatch

@@ -37,23 +37,11 @@ use crate::merge_products::product;
 use crate::q8_scratch::u32_of;
 use crate::wgsl::Binding;
 
-/// The kernel's source for `$cols` columns (1 or 8).
-macro_rules! matvec_q8_glu {
-    ($cols:literal) => {
-        concat!(
-            "const MQ_COLS: u32 = ",
-            $cols,
-            "u;\n",
-            include_str!("shaders/matmul_common.wgsl"),
-            include_str!("shaders/mq_unit.wgsl"),
-            include_str!("shaders/matvec_q8.wgsl"),
-            include_str!("shaders/matvec_q8_glu.wgsl")
-        )
-    };
-}
-
 /// The kernels by `[cols > 1]`.
-const MATVEC_Q8_GLU: [&str; 2] = [matvec_q8_glu!(1), matvec_q8_glu!(8)];
+const MATVEC_Q8_GLU: [&str; 2] = [
+    matvec_q8_source!(1, "matvec_q8_glu.wgsl"),
+    matvec_q8_source!(8, "matvec_q8_glu.wgsl"),
+];
 
 /// Rows a workgroup (the kernel's `MG_ROWS`: one block of 32 values of
 /// each column, for the quantization).

@@ -1,9 +1,7 @@
 //! Tests of [`super`]: gate, up and their GLU as one dispatch, bit for
 //! bit the separate dispatches, and only where nothing can tell.
 #![allow(clippy::unwrap_used, clippy::panic)]
-use tessera::{DType, GluOp, Graph, Stream, TensorId};
-
-use crate::batch::counts;
+use tessera::{DType, GluOp, Graph, TensorId};
 
 /// `x` [k, cols] -> gate = Wg x, up = Wu x (in `order`), h = glu(gate,
 /// up), y = Wd h: the graph, its weights (tensor, type) and the outputs.
@@ -71,19 +69,10 @@ fn run(dev: &crate::WgpuDevice, f: &Ffn, fused: bool) -> (Vec<Vec<u32>>, u64) {
     pl.tensor(&f.g, f.x).unwrap().write_f32(&xs).unwrap();
     crate::matvec_q8::force(Some(true));
     super::force(Some(fused));
-    let before = counts::now().0;
-    stream.compute(&f.g, &pl).unwrap();
-    let dispatches = counts::now().0 - before;
+    let dispatches = crate::test_compute_counted(&stream, &f.g, &pl);
     super::force(None);
     crate::matvec_q8::force(None);
-    let bits = [f.h, f.y]
-        .iter()
-        .map(|&t| {
-            let v = pl.tensor(&f.g, t).unwrap().read_f32().unwrap();
-            v.iter().map(|x| x.to_bits()).collect()
-        })
-        .collect();
-    (bits, dispatches)
+    (crate::test_bits(&f.g, &pl, &[f.h, f.y]), dispatches)
 }
 
 /// Q4_0, Q8_0, Q4_K and Q6_K weights, SWIGLU and GEGLU, gate or
@@ -91,8 +80,8 @@ fn run(dev: &crate::WgpuDevice, f: &Ffn, fused: bool) -> (Vec<Vec<u32>>, u64) {
 /// quantizing its block of each column for the down product: no
 /// quantizing dispatch of its own) and 80 (not whole blocks, the last
 /// workgroup's rows partly past the end; an F32 down product): h and y
-/// bit for bit those of the separate dispatches, one dispatch fewer. Where the device has no subgroups,
-/// nothing is fused.
+/// bit for bit those of the separate dispatches, one dispatch fewer.
+/// Where the device has no subgroups, nothing is fused.
 #[test]
 fn gate_up_and_glu_in_one_dispatch_equal_the_separate_dispatches() {
     let Some(dev) = crate::test_device() else {

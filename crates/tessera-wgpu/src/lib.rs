@@ -21,6 +21,8 @@
 
 #[macro_use]
 mod switch;
+#[macro_use]
+mod kernel_source;
 
 pub mod adapter;
 mod attention;
@@ -130,6 +132,38 @@ pub(crate) fn with_reduction_shape<T>(shape: (bool, Option<u32>), f: impl FnOnce
     subgroups::force(None);
     subgroups::force_rows(None);
     out
+}
+
+/// Compute `g` (placed by `pl`) on `stream`, for unit tests: the
+/// dispatches recorded.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn test_compute_counted(
+    stream: &stream::WgpuStream,
+    g: &tessera::Graph,
+    pl: &tessera::Placement,
+) -> u64 {
+    use tessera::Stream as _;
+    let before = batch::counts::now().0;
+    stream.compute(g, pl).unwrap();
+    batch::counts::now().0 - before
+}
+
+/// The F32 values of each of `outs` as their bits, for unit tests that
+/// compare results bit for bit.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn test_bits(
+    g: &tessera::Graph,
+    pl: &tessera::Placement,
+    outs: &[tessera::TensorId],
+) -> Vec<Vec<u32>> {
+    outs.iter()
+        .map(|&t| {
+            let v = pl.tensor(g, t).unwrap().read_f32().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        })
+        .collect()
 }
 
 /// Values in [-1, 1) from `seed`, without end (a linear congruential

@@ -36,31 +36,15 @@ use crate::q8_scratch::u32_of;
 pub(crate) use crate::q8_scratch::{Compute, Quantized, Scratch, scratch_bytes};
 
 const QUANT_ACT: &str = include_str!("shaders/quant_act.wgsl");
-/// The kernel's source for `$cols` columns (1 or 8) and the main `$main`
-/// (`matvec_q8_tree.wgsl` or `matvec_q8_subgroup.wgsl`).
-macro_rules! matvec_q8 {
-    ($cols:literal, $main:literal) => {
-        concat!(
-            "const MQ_COLS: u32 = ",
-            $cols,
-            "u;\n",
-            include_str!("shaders/matmul_common.wgsl"),
-            include_str!("shaders/mq_unit.wgsl"),
-            include_str!("shaders/matvec_q8.wgsl"),
-            include_str!(concat!("shaders/", $main))
-        )
-    };
-}
-
 /// The kernels by `[subgroups][cols > 1]` ([`crate::subgroups`]).
 const MATVEC_Q8: [[&str; 2]; 2] = [
     [
-        matvec_q8!(1, "matvec_q8_tree.wgsl"),
-        matvec_q8!(8, "matvec_q8_tree.wgsl"),
+        matvec_q8_source!(1, "matvec_q8_tree.wgsl"),
+        matvec_q8_source!(8, "matvec_q8_tree.wgsl"),
     ],
     [
-        matvec_q8!(1, "matvec_q8_subgroup.wgsl"),
-        matvec_q8!(8, "matvec_q8_subgroup.wgsl"),
+        matvec_q8_source!(1, "matvec_q8_subgroup.wgsl"),
+        matvec_q8_source!(8, "matvec_q8_subgroup.wgsl"),
     ],
 ];
 

@@ -177,9 +177,7 @@ pub(crate) fn encode(
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use tessera::{DType, Graph, Stream, TensorId};
-
-    use crate::batch::counts;
+    use tessera::{DType, Graph, TensorId};
 
     /// `n` values in [-1, 1) from `seed`.
     fn values(seed: u64, n: usize) -> Vec<f32> {
@@ -218,19 +216,10 @@ mod tests {
         }
         crate::matvec_q8::force(Some(true));
         super::force(Some(merge));
-        let before = counts::now().0;
-        stream.compute(g, &pl).unwrap();
-        let dispatches = counts::now().0 - before;
+        let dispatches = crate::test_compute_counted(&stream, g, &pl);
         super::force(None);
         crate::matvec_q8::force(None);
-        let bits = outs
-            .iter()
-            .map(|&y| {
-                let v = pl.tensor(g, y).unwrap().read_f32().unwrap();
-                v.iter().map(|x| x.to_bits()).collect()
-            })
-            .collect();
-        (bits, dispatches)
+        (crate::test_bits(g, &pl, outs), dispatches)
     }
 
     /// Three products of one input — Q, K and V of different heights (64,
