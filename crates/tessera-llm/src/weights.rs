@@ -95,8 +95,17 @@ fn tied_output_copy<'f>(
     let info = file.tensor_info("token_embd.weight").ok()?;
     let layout = Layout::contiguous(info.dtype().ok()?, &info.ne).ok()?;
     let out = place.buffer_type_for("output.weight", &layout);
-    let embd = place.buffer_type("token_embd.weight");
-    let elsewhere = !Arc::ptr_eq(&out, &embd) && out.name() != embd.name();
+    let (home, embd) = (
+        place.buffer_type("output.weight"),
+        place.buffer_type("token_embd.weight"),
+    );
+    // Another device (not another buffer type of the same one, such as
+    // the CPU's repacking type).
+    let device = |b: &Arc<dyn BufferType>| b.device().map(|d| d.name().to_string());
+    let elsewhere = match (device(&home), device(&embd)) {
+        (Some(a), Some(b)) => a != b,
+        _ => !Arc::ptr_eq(&home, &embd) && home.name() != embd.name(),
+    };
     // One tensor must fit one buffer (lavapipe's are 128 MiB: Gemma 3's
     // 168 MB embeddings do not), else the output stays with them.
     let fits = out.alloc_size(&layout) <= out.max_size();

@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use tessera::{BufferType, DType, Registry, StreamOptions};
-use tessera_gguf::GgufFile;
+use tessera_gguf::{GgufFile, Value, ValueType};
 use tessera_llm::synthetic::{SyntheticSpec, write};
 use tessera_llm::weights::WeightPlacement;
 use tessera_llm::{Arch, Model, Repacked, Session, SessionOptions};
@@ -90,4 +90,36 @@ fn repacked_weights_give_the_file_layouts_logits_and_tokens() {
         );
     }
     assert_eq!(got_tokens, want_tokens);
+}
+
+/// A tied output matrix (Gemma 3) on the CPU with repacking: no copy of
+/// the embeddings (the output layer is on their device; only another
+/// device gets one), so the output product reads them as they are.
+#[test]
+fn a_tied_output_on_the_cpu_gets_no_copy() {
+    tessera_cpu::register();
+    let cpu = Registry::global().device_by_name("cpu").unwrap();
+    let spec = SyntheticSpec::small(Arch::Gemma3, DType::Q4_0);
+    // 320 tokens: embeddings the repacking type takes (rows by 16).
+    let mut v = tessera_gguf::GgufWriter::new();
+    v.add("tokenizer.ggml.model", "llama");
+    let toks = (0..320).map(|i| Value::String(format!("t{i}"))).collect();
+    v.add(
+        "tokenizer.ggml.tokens",
+        Value::Array(ValueType::String, toks),
+    );
+    let vocab = GgufFile::from_bytes(v.to_bytes().unwrap()).unwrap();
+    let bytes = write(&spec, &vocab).unwrap().to_bytes().unwrap();
+    let buft: Arc<dyn BufferType> = cpu.buffer_type();
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    assert!(file.tensor_info("output.weight").is_err(), "tied");
+    let embd = file.tensor_info("token_embd.weight").unwrap();
+    let layout = tessera::Layout::contiguous(embd.dtype().unwrap(), &embd.ne).unwrap();
+    if !cpu.extra_buffer_types().iter().any(|b| b.repacks(&layout)) {
+        eprintln!("this CPU offers no CPU_REPACK: nothing to check");
+        return;
+    }
+    let w = tessera_llm::weights::Weights::plan(&file, &Repacked(buft)).unwrap();
+    assert!(w.find("output.weight").is_none(), "no copy on the CPU");
+    assert!(w.find("token_embd.weight").is_some());
 }
