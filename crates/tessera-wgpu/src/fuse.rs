@@ -26,7 +26,9 @@
 //! And where what the ADD adds is itself an RMS_NORM and its MUL, read by
 //! nothing but the ADD (Gemma 3's norms after attention and after the
 //! feed-forward block, before the residual sum), those join too
-//! ([`crate::fuse_sandwich`]): five nodes, one dispatch.
+//! ([`crate::fuse_sandwich`]): five nodes, one dispatch. Two norm and MUL
+//! runs in a row, each of its own tensor (the query and key head norms),
+//! are one dispatch as well ([`crate::fuse_pair`]).
 
 use std::sync::Arc;
 
