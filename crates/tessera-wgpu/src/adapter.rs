@@ -58,6 +58,10 @@ pub struct AdapterSummary {
     pub pci_bus_id: Option<String>,
     /// The adapter supports `SHADER_F16` (reported; the kernels do not need it).
     pub shader_f16: bool,
+    /// Its subgroups' sizes (smallest, largest), where it has wgpu's
+    /// subgroup operations (the kernels' reductions use them:
+    /// `crate::subgroups`).
+    pub subgroups: Option<(u32, u32)>,
 }
 
 impl AdapterSummary {
@@ -84,6 +88,10 @@ impl AdapterSummary {
             software,
             pci_bus_id: (!pci.is_empty()).then_some(pci),
             shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+            subgroups: adapter
+                .features()
+                .contains(wgpu::Features::SUBGROUP)
+                .then_some((info.subgroup_min_size, info.subgroup_max_size)),
         }
     }
 
@@ -157,6 +165,7 @@ mod tests {
             software: true,
             pci_bus_id: None,
             shader_f16: true,
+            subgroups: Some((8, 8)),
         };
         assert!(s.description().contains("software adapter"));
         assert!(s.memory(1 << 30).estimated);

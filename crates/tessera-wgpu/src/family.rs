@@ -117,6 +117,15 @@ impl DeviceFamily for WgpuFamily {
                         format!("WGPU{i}_SOFTWARE"),
                         u8::from(a.software).to_string(),
                     ),
+                    // Subgroup sizes ("8", "8-32"), or 0 without them.
+                    (
+                        format!("WGPU{i}_SUBGROUPS"),
+                        match a.subgroups {
+                            Some((lo, hi)) if lo == hi => lo.to_string(),
+                            Some((lo, hi)) => format!("{lo}-{hi}"),
+                            None => "0".into(),
+                        },
+                    ),
                 ]
             })
             .collect()
@@ -124,5 +133,37 @@ impl DeviceFamily for WgpuFamily {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use tessera::DeviceFamily;
+
+    /// The family's features name each adapter's subgroup sizes, and the
+    /// first device's smallest is the one its kernels take.
+    #[test]
+    fn the_features_name_the_subgroup_sizes() {
+        let Some(dev) = crate::test_device() else {
+            return;
+        };
+        let features = crate::family().features();
+        let sizes = features
+            .iter()
+            .find(|(k, _)| k == "WGPU0_SUBGROUPS")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        match (dev.adapter().subgroups, dev.subgroup_size()) {
+            (Some((lo, _)), Some(used)) => {
+                assert_eq!(lo, used);
+                assert!(sizes.starts_with(&lo.to_string()), "{sizes}");
+            }
+            (Some(_), None) => {} // TESSERA_WGPU_SUBGROUPS=0
+            (None, used) => {
+                assert_eq!(sizes, "0");
+                assert_eq!(used, None);
+            }
+        }
     }
 }
