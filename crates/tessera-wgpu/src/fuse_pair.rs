@@ -53,7 +53,8 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     // The second input and weights are there when the first norm runs.
     let ready = |t: TensorId| {
         graph.memory_root(t).ok().is_some_and(|(root, _)| {
-            root.index() < id.index() || graph.nodes()[root.index()].is_leaf()
+            root.index() < id.index()
+                || graph.nodes().get(root.index()).is_some_and(|n| n.is_leaf())
         })
     };
     let eps = |t: TensorId| match graph.node(t).map(|n| n.op) {

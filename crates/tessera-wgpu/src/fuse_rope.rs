@@ -123,7 +123,7 @@ fn query_scale(
 ) -> Option<TensorId> {
     let rope = graph.node(q).ok()?;
     let j = next_computing(graph, last, end)?;
-    let scale = &graph.nodes()[j];
+    let scale = graph.nodes().get(j)?;
     let ok = matches!(scale.op, Op::Scale { .. })
         && scale.src(0) == Some(q)
         && counts.get(q.index()) == Some(&1)

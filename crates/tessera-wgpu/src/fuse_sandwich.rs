@@ -60,7 +60,8 @@ pub(crate) fn plan(graph: &Graph, counts: &[u32], id: TensorId, end: usize) -> O
     // second weights, which the dispatch reads from its start.
     let ready = |t: TensorId| {
         graph.memory_root(t).ok().is_some_and(|(root, _)| {
-            root.index() < id.index() || graph.nodes()[root.index()].is_leaf()
+            root.index() < id.index()
+                || graph.nodes().get(root.index()).is_some_and(|n| n.is_leaf())
         })
     };
     let ok = counts.get(y1.index()) == Some(&1)
