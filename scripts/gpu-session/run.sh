@@ -14,8 +14,9 @@
 #     (TESSERA_WGPU_FUSE_SANDWICH=0, TESSERA_WGPU_FUSE_PAIR=0 off), decoding;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
-#   - the integer tiled products (TESSERA_WGPU_MMQ=0 off) and the float
-#     ones with the 128 x 128 tile (TESSERA_WGPU_MM=big), prompts pp512,
+#   - the integer tiled products (TESSERA_WGPU_MMQ=0 off, =big their
+#     128 x 128 tile) and the float ones with the 128 x 128 tile
+#     (TESSERA_WGPU_MM=big), prompts pp512,
 #     and the integer tiles op by op (n=512);
 # then where a decoding step's and a prompt's GPU time goes (--profile,
 # --profile-prompt), and, with
@@ -140,12 +141,12 @@ for opts in "" "--ngl 18" "TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0
         -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
 done
 
-say "prompts: integer tiles (default), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
+say "prompts: integer 64 tiles (default), integer 128 tiles (TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
 for f in q4_0 q4_K; do
     for round in 1 2; do
-        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
-            # The 128 tile once (q4_0, first round): an older candidate.
-            case "$f $round $opts" in *2\ *big | q4_K*big) continue ;; esac
+        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_MMQ=big TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
+            # The float 128 tile once (q4_0, first round): an older candidate.
+            case "$f $round $opts" in *2\ *MM=big | q4_K*MM=big) continue ;; esac
             echo "-- $f round $round $opts" >>"$LOG"
             # shellcheck disable=SC2086 # one or two assignments
             (export $opts; step 45 "$T" bench model -m "$M/1b-$f.gguf" --device wgpu0 $NGL \
@@ -154,8 +155,8 @@ for f in q4_0 q4_K; do
     done
 done
 
-say "products of 512 columns: integer tiles (default) / float tiles (TESSERA_WGPU_MMQ=0)"
-for mmq in 1 0; do
+say "products of 512 columns: integer tiles (default) / integer 128 tiles (TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
+for mmq in 1 big 0; do
     echo "-- TESSERA_WGPU_MMQ=$mmq" >>"$LOG"
     TESSERA_WGPU_MMQ=$mmq step 60 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}"
 done

@@ -12,7 +12,8 @@
 //! exact sum, scaled once per 32 values: about a third of the instructions
 //! per product, and a quarter of the workgroup-memory reads.
 //!
-//! **On by default** (`TESSERA_WGPU_MMQ=0` turns it off, for measuring).
+//! **On by default** (`TESSERA_WGPU_MMQ=0` turns it off, for measuring;
+//! `TESSERA_WGPU_MMQ=big` takes tiles of 128 x 128 instead of 64 x 64).
 //! Not yet timed on a GPU; on lavapipe (Mesa's CPU Vulkan driver, where CI
 //! runs, 2 Intel cores) it took the prompts of Gemma 3 270M Q4_K_M from
 //! 10.0 / 10.5 to 20.3 / 19.8 t/s (pp128, alternated) and a 1B Q4_0's
@@ -26,14 +27,44 @@ use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::{Call, Operand};
 
-const MATMUL_Q8: &str = concat!(
-    include_str!("shaders/matmul_common.wgsl"),
-    include_str!("shaders/mq_unit.wgsl"),
-    include_str!("shaders/matmul_q8.wgsl")
-);
+/// The kernel for tiles of `$qt` rows and columns (`$qr` = `$qt` / 16
+/// of each an invocation).
+macro_rules! matmul_q8 {
+    ($qt:literal, $qr:literal) => {
+        concat!(
+            "const QT: u32 = ",
+            $qt,
+            "u;\nconst QR: u32 = ",
+            $qr,
+            "u;\n",
+            include_str!("shaders/matmul_common.wgsl"),
+            include_str!("shaders/mq_unit.wgsl"),
+            include_str!("shaders/matmul_q8.wgsl")
+        )
+    };
+}
 
-/// Rows and columns of a workgroup's tile (`QT` in the kernel).
-const TILE: usize = 64;
+/// The kernels by tile: 64 x 64 (4 x 4 outputs an invocation), and
+/// 128 x 128 (8 x 8: twice the products per value read from workgroup
+/// memory; `TESSERA_WGPU_MMQ=big`, not yet timed on a GPU, so off).
+const MATMUL_Q8: [(&str, usize); 2] = [(matmul_q8!(64, 4), 64), (matmul_q8!(128, 8), 128)];
+
+/// Whether the 128 x 128 tiles are taken (`TESSERA_WGPU_MMQ=big`, or a
+/// test's choice on its thread).
+fn big_tiles() -> bool {
+    #[cfg(test)]
+    if let Some(on) = BIG.with(std::cell::Cell::get) {
+        return on;
+    }
+    static BIG_ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BIG_ENV.get_or_init(|| std::env::var("TESSERA_WGPU_MMQ").is_ok_and(|v| v.trim() == "big"))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests choose the tile for their own thread.
+    pub(crate) static BIG: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
 
 env_switch!("TESSERA_WGPU_MMQ");
 
@@ -55,13 +86,14 @@ pub(crate) fn record(
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
+    let (body, tile) = MATMUL_Q8[usize::from(big_tiles())];
     let groups = m
-        .div_ceil(TILE)
-        .checked_mul(n.div_ceil(TILE))
+        .div_ceil(tile)
+        .checked_mul(n.div_ceil(tile))
         .ok_or_else(|| tessera::Error::Overflow("MUL_MAT workgroups".into()))?;
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;
-    call.record(batch, core, "mul_mat_q8", MATMUL_Q8, params, groups)
+    call.record(batch, core, "mul_mat_q8", body, params, groups)
 }
 
 #[cfg(test)]

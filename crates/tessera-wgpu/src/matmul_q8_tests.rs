@@ -12,7 +12,8 @@ use crate::matvec_q8::tests::{two_products, weights, within_bound, within_roundi
 /// activations: each result within the quantization bound of the f64
 /// product, and equal but for rounding to the f64 product of the
 /// activations as quantized; one quantization and one dispatch per
-/// product ([`two_products`]).
+/// product ([`two_products`]). Tiles of 64 and of 128
+/// (`TESSERA_WGPU_MMQ=big`).
 #[test]
 fn tiled_integer_products_are_within_the_activation_quantization_bound() {
     let Some(dev) = crate::test_device() else {
@@ -23,12 +24,17 @@ fn tiled_integer_products_are_within_the_activation_quantization_bound() {
     let stream = dev.new_wgpu_stream().unwrap();
     let mut values = crate::test_values(23);
     let mut rnd = move || values.next().unwrap();
-    for wt in crate::matvec_q8::TYPES {
-        let k_odd = if wt.block_size() == 32 { 288 } else { 512 };
-        for (k, m, cols) in [(256, 37, 9), (k_odd, 70, 65), (256, 129, 130)] {
-            two_products(&dev, &stream, wt, (k, m, cols), &mut rnd, " tiled");
+    for big in [false, true] {
+        super::BIG.with(|b| b.set(Some(big)));
+        let what = if big { " tiled 128" } else { " tiled 64" };
+        for wt in crate::matvec_q8::TYPES {
+            let k_odd = if wt.block_size() == 32 { 288 } else { 512 };
+            for (k, m, cols) in [(256, 37, 9), (k_odd, 70, 65), (256, 129, 130)] {
+                two_products(&dev, &stream, wt, (k, m, cols), &mut rnd, what);
+            }
         }
     }
+    super::BIG.with(|b| b.set(None));
     crate::matvec_q8::force(None);
     super::force(None);
 }
@@ -99,12 +105,21 @@ fn a_chain_of_products_reuses_the_scratch() {
 /// activations (each column's bytes do not depend on the other columns),
 /// so a product of 20 columns and the products of its first 8 and of its
 /// column 13 alone agree to float rounding (summation order), for every
-/// weight type: a far tighter check than the quantization bound.
+/// weight type: a far tighter check than the quantization bound. Tiles
+/// of 64 and of 128.
 #[test]
 fn tiled_and_matrix_vector_integer_products_agree() {
     let Some(dev) = crate::test_device() else {
         return;
     };
+    for big in [false, true] {
+        super::BIG.with(|b| b.set(Some(big)));
+        tiled_and_matrix_vector_agree(&dev);
+    }
+    super::BIG.with(|b| b.set(None));
+}
+
+fn tiled_and_matrix_vector_agree(dev: &crate::WgpuDevice) {
     super::force(Some(true));
     crate::matvec_q8::force(Some(true));
     crate::merge_products::force(Some(false));
@@ -125,7 +140,7 @@ fn tiled_and_matrix_vector_integer_products_agree() {
         for &y in &ys {
             g.set_output(y).unwrap();
         }
-        let (pl, _galloc) = crate::test_placement(&dev, &g);
+        let (pl, _galloc) = crate::test_placement(dev, &g);
         let (q, _) = weights(wt, k, m, &mut rnd);
         pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
         let xs: Vec<f32> = (0..k * cols)
