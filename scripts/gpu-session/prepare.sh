@@ -85,4 +85,5 @@ if [ $((bytes + tree)) -gt $((62 * 1024 * 1024)) ]; then
     echo "error: .gpu ($((bytes / 1048576)) MiB) and the tree ($((tree / 1048576)) MiB) pass the 64 MiB a device call carries" >&2
     exit 1
 fi
-echo "ready: run(command=\"bash scripts/gpu-session/run.sh\", carry=[\".gpu\"], timeout_s=600)"
+echo "ready: run(command=\"PART=1 bash scripts/gpu-session/run.sh\", carry=[\".gpu\"], timeout_s=600),"
+echo "       then run(command=\"PART=2 bash scripts/gpu-session/run.sh\", carry=[\".gpu\"], timeout_s=<what is left>)"

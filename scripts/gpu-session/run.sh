@@ -24,6 +24,10 @@
 # Everything goes to $OUT/run.log (one file: at most 8 come back).
 #
 # QUICK=1: a dry run on lavapipe (small counts, layers only on the GPU).
+# PART=1 (tests, decoding) or PART=2 (prompts, ops, profiles): half the
+# checks, each in a call of its own, so that both fit the device's time:
+#   run(command="PART=1 bash scripts/gpu-session/run.sh", carry=[".gpu"], timeout_s=600)
+#   run(command="PART=2 bash scripts/gpu-session/run.sh", carry=[".gpu"], timeout_s=...)
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 G=.gpu
@@ -45,6 +49,9 @@ fits() {
         return 1
     fi
 }
+# Whether this call runs part $1 (PART=1 or 2: the checks split over two
+# device calls; unset: both, as far as the deadline allows).
+in_part() { [ -z "${PART:-}" ] || [ "$PART" = "$1" ]; }
 # Run a command with a time limit, its output into the log.
 step() {
     local limit=$1
@@ -87,11 +94,15 @@ say "machine"
 step 20 nvidia-smi -L
 step 60 "$T" devices
 
+if in_part 1; then
 say "wgpu unit tests on the GPU"
 TESSERA_REQUIRE_GPU=1 step 150 "$G/bin/wgpu-unit" --test-threads 4
+fi
 
+if in_part 1; then
 say "conformance on wgpu0"
 step 180 "$T" test --device wgpu0
+fi
 
 say "benchmark files"
 M=/tmp/gpu-session-models
@@ -101,6 +112,7 @@ for t in q4_0 q4_K; do
 done
 step 60 "$G/bin/synth" gemma3 q4_0 "$G/vocab.gguf" "$M/g270-q4_0.gguf" gemma-3-270m
 
+if in_part 1; then
 say "greedy tokens: default, products one by one, gate/up and GLU apart, no fusion at all (same bits: same md5)"
 for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_GLU_PRODUCTS=0 TESSERA_WGPU_FUSE=0; do
     fits 120 || break
@@ -115,7 +127,9 @@ for opts in "" TESSERA_WGPU_MERGE=0 TESSERA_WGPU_GLU_PRODUCTS=0 TESSERA_WGPU_FUS
     fi
 done
 rm -f "$OUT/run-stderr.txt"
+fi
 
+if in_part 1; then
 say "decoding: default, reductions by trees, products one by one, gate/up and GLU apart; interleaved (Q4_0 twice, then Q4_K)"
 for run in "q4_0 1" "q4_0 2" "q4_K 1"; do
     set -- $run
@@ -129,7 +143,9 @@ for run in "q4_0 1" "q4_0 2" "q4_K 1"; do
             -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}" >>"$LOG" 2>&1 || echo "(exit $?)" >>"$LOG"
     done
 done
+fi
 
+if in_part 1; then
 say "Gemma 3 270M-shaped, output tied to the embeddings: default / the output on the CPU (--ngl 18) / norms not joined (TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0)"
 for opts in "" "--ngl 18" "TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0"; do
     echo "-- ${opts:-default}" >>"$LOG"
@@ -140,7 +156,9 @@ for opts in "" "--ngl 18" "TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0
     ([ -z "$envs" ] || export $envs; step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 $ngl \
         -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
 done
+fi
 
+if in_part 2; then
 say "prompts: integer 64 tiles (default), integer 128 tiles (TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
 for f in q4_0 q4_K; do
     for round in 1 2; do
@@ -154,19 +172,25 @@ for f in q4_0 q4_K; do
         done
     done
 done
+fi
 
+if in_part 2; then
 say "products of 512 columns: integer tiles (default) / integer 128 tiles (TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
 for mmq in 1 big 0; do
     echo "-- TESSERA_WGPU_MMQ=$mmq" >>"$LOG"
     TESSERA_WGPU_MMQ=$mmq step 60 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}"
 done
+fi
 
+if in_part 2; then
 say "greedy text after a prompt of ~40 tokens: integer tiles (default) / float tiles (TESSERA_WGPU_MMQ=0); may part at a near tie"
 for mmq in 1 0; do
     TESSERA_WGPU_MMQ=$mmq step 45 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL --temp 0 -n 24 \
         -p "$(printf 'The quick brown fox jumps over the lazy dog. %.0s' 1 2 3)Once upon a time"
 done
+fi
 
+if in_part 2; then
 say "attention at 4,096 keys: split / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0)"
 for round in 1 2; do
     for split in 1 0; do
@@ -175,14 +199,21 @@ for round in 1 2; do
             --op "FLASH_ATTN_EXT(hsk=128" --seconds "$SECS" "${VS_OPS[@]}"
     done
 done
+fi
 
+if in_part 2; then
 say "one-column and 8-column products"
 step 150 "$T" bench ops --device wgpu0 --op "n=1," --seconds "$SECS" "${VS_OPS[@]}"
+fi
 
+if in_part 2; then
 say "where a decoding step goes"
 step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL -p 0 -n 8 -r 1 --profile 4
+fi
 
+if in_part 2; then
 say "where a prompt goes (integer tiles)"
 step 60 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL -p "$PP" -n 0 -r 1 --profile-prompt "$PP"
+fi
 
 say "done"
