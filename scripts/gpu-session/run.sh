@@ -14,10 +14,11 @@
 #     (TESSERA_WGPU_FUSE_SANDWICH=0, TESSERA_WGPU_FUSE_PAIR=0 off), decoding;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
-#   - the integer tiled products (TESSERA_WGPU_MMQ=0 off, =big their
-#     128 x 128 tile) and the float ones with the 128 x 128 tile
-#     (TESSERA_WGPU_MM=big), prompts pp512,
-#     and the integer tiles op by op (n=512);
+#   - cooperative matrices for prompts (TESSERA_WGPU_COOPMAT=0 off: the
+#     integer tiles), the integer tiled products (TESSERA_WGPU_MMQ=0 off,
+#     =big their 128 x 128 tile) and the float ones with the 128 x 128
+#     tile (TESSERA_WGPU_MM=big), prompts pp512,
+#     and the same op by op (n=512);
 # then where a decoding step's and a prompt's GPU time goes (--profile,
 # --profile-prompt), and, with
 # .gpu/llama, llama.cpp's Vulkan backend live beside each.
@@ -159,10 +160,11 @@ done
 fi
 
 if in_part 2; then
-say "prompts: integer 64 tiles (default), integer 128 tiles (TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
+say "prompts: cooperative matrices where the GPU has them (default), integer 64 tiles (TESSERA_WGPU_COOPMAT=0), integer 128 tiles (+ TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
+"$T" devices 2>&1 | grep -i "features" >>"$LOG"
 for f in q4_0 q4_K; do
     for round in 1 2; do
-        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_MMQ=big TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
+        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
             # The float 128 tile once (q4_0, first round): an older candidate.
             case "$f $round $opts" in *2\ *MM=big | q4_K*MM=big) continue ;; esac
             echo "-- $f round $round $opts" >>"$LOG"
@@ -175,18 +177,20 @@ done
 fi
 
 if in_part 2; then
-say "products of 512 columns: integer tiles (default) / integer 128 tiles (TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
-for mmq in 1 big 0; do
-    echo "-- TESSERA_WGPU_MMQ=$mmq" >>"$LOG"
-    TESSERA_WGPU_MMQ=$mmq step 60 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}"
+say "products of 512 columns: cooperative matrices (default, where the GPU has them) / integer tiles (TESSERA_WGPU_COOPMAT=0) / integer 128 tiles (+ TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
+for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0; do
+    echo "-- $opts" >>"$LOG"
+    # shellcheck disable=SC2086 # one or two assignments
+    (export $opts; step 60 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}")
 done
 fi
 
 if in_part 2; then
-say "greedy text after a prompt of ~40 tokens: integer tiles (default) / float tiles (TESSERA_WGPU_MMQ=0); may part at a near tie"
-for mmq in 1 0; do
-    TESSERA_WGPU_MMQ=$mmq step 45 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL --temp 0 -n 24 \
-        -p "$(printf 'The quick brown fox jumps over the lazy dog. %.0s' 1 2 3)Once upon a time"
+say "greedy text after a prompt of ~40 tokens: default (cooperative matrices where the GPU has them) / integer tiles (TESSERA_WGPU_COOPMAT=0) / float tiles (TESSERA_WGPU_MMQ=0); may part at a near tie"
+for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=0; do
+    # shellcheck disable=SC2086 # one assignment
+    (export $opts; step 45 "$T" run -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL --temp 0 -n 24 \
+        -p "$(printf 'The quick brown fox jumps over the lazy dog. %.0s' 1 2 3)Once upon a time")
 done
 fi
 

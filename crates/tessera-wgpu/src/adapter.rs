@@ -62,6 +62,9 @@ pub struct AdapterSummary {
     /// subgroup operations (the kernels' reductions use them:
     /// `crate::subgroups`).
     pub subgroups: Option<(u32, u32)>,
+    /// The side of the cooperative matrices (f16, summed in f32) the
+    /// prompts' products take on it, where it has them (`crate::coopmat`).
+    pub cooperative_matrices: Option<u32>,
 }
 
 impl AdapterSummary {
@@ -92,6 +95,7 @@ impl AdapterSummary {
                 .features()
                 .contains(wgpu::Features::SUBGROUP)
                 .then_some((info.subgroup_min_size, info.subgroup_max_size)),
+            cooperative_matrices: crate::coopmat::capable(adapter),
         }
     }
 
@@ -166,6 +170,7 @@ mod tests {
             pci_bus_id: None,
             shader_f16: true,
             subgroups: Some((8, 8)),
+            cooperative_matrices: None,
         };
         assert!(s.description().contains("software adapter"));
         assert!(s.memory(1 << 30).estimated);

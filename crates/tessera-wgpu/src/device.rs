@@ -54,6 +54,11 @@ pub(crate) struct Core {
     /// The adapter's smallest subgroup, when the device was opened with
     /// subgroup operations ([`crate::subgroups`]).
     pub smallest_subgroup: Option<u32>,
+    /// The adapter's largest subgroup, likewise.
+    pub largest_subgroup: Option<u32>,
+    /// The side of the cooperative matrices the many-column products take,
+    /// when the device was opened with them ([`crate::coopmat`]).
+    pub coop_side: Option<u32>,
 }
 
 impl Core {
@@ -132,25 +137,34 @@ impl WgpuDevice {
         // operations speed reductions up: an adapter without them still
         // opens, and so does one that refuses a device with subgroups.
         let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
-        let open = |features: wgpu::Features| {
-            let desc = wgpu::DeviceDescriptor {
-                label: Some("tessera"),
-                required_features: features,
-                required_limits: limits.clone(),
-                ..Default::default()
-            };
-            pollster::block_on(adapter.request_device(&desc))
-        };
-        let with_subgroups = crate::subgroups::wanted(adapter)
-            .then(|| open(features | wgpu::Features::SUBGROUP).ok())
+        let open =
+            |features: wgpu::Features| crate::coopmat::request(adapter, features, limits.clone());
+        // Cooperative matrices need subgroups (the kernel names its
+        // subgroups): TESSERA_WGPU_SUBGROUPS=0 turns both off.
+        let coop_side = crate::subgroups::wanted(adapter)
+            .then(|| crate::coopmat::side(adapter))
             .flatten();
-        let smallest_subgroup = with_subgroups
-            .is_some()
-            .then(|| adapter.get_info().subgroup_min_size);
-        let (device, queue) = match with_subgroups {
+        let with_coop = coop_side
+            .and_then(|_| open(features | crate::coopmat::FEATURES).ok())
+            .map(|opened| (opened, coop_side));
+        let with_subgroups = with_coop.or_else(|| {
+            crate::subgroups::wanted(adapter)
+                .then(|| open(features | wgpu::Features::SUBGROUP).ok())
+                .flatten()
+                .map(|opened| (opened, None))
+        });
+        let info = adapter.get_info();
+        let (smallest_subgroup, largest_subgroup) = match with_subgroups {
+            Some(_) => (Some(info.subgroup_min_size), Some(info.subgroup_max_size)),
+            None => (None, None),
+        };
+        let ((device, queue), coop_side) = match with_subgroups {
             Some(opened) => opened,
-            None => open(features)
-                .map_err(|e| Error::device(&name, format!("opening {}: {e}", summary.name)))?,
+            None => (
+                open(features)
+                    .map_err(|e| Error::device(&name, format!("opening {}: {e}", summary.name)))?,
+                None,
+            ),
         };
         let errors = ErrorSink::new(&name);
         errors.install(&device);
@@ -179,6 +193,8 @@ impl WgpuDevice {
             max_buffer,
             timestamp_period,
             smallest_subgroup,
+            largest_subgroup,
+            coop_side,
         });
         Ok(Arc::new_cyclic(|me: &Weak<WgpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();
@@ -214,6 +230,14 @@ impl WgpuDevice {
     /// reduce by trees in workgroup memory.
     pub fn subgroup_size(&self) -> Option<u32> {
         self.core.smallest_subgroup
+    }
+
+    /// The side of the cooperative matrices (f16, summed in f32) that
+    /// products of many columns by quantized weights take, where the
+    /// device was opened with them (the adapter has them and
+    /// `TESSERA_WGPU_COOPMAT` is not `0`).
+    pub fn cooperative_matrix_side(&self) -> Option<u32> {
+        self.core.coop_side
     }
 
     /// Largest buffer, which is also the largest binding.

@@ -126,6 +126,11 @@ impl DeviceFamily for WgpuFamily {
                             None => "0".into(),
                         },
                     ),
+                    // The side of the cooperative matrices, or 0.
+                    (
+                        format!("WGPU{i}_COOPMAT"),
+                        a.cooperative_matrices.unwrap_or(0).to_string(),
+                    ),
                 ]
             })
             .collect()

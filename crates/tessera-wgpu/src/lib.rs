@@ -17,7 +17,9 @@
 //!
 //! See the crate's README for what runs and how it is tested.
 
-#![forbid(unsafe_code)]
+// One unsafe block: the consent to wgpu's experimental cooperative
+// matrices (`coopmat::request`, its promise written there).
+#![deny(unsafe_code)]
 
 #[macro_use]
 mod switch;
@@ -30,6 +32,7 @@ mod batch;
 mod binds;
 pub mod buffer;
 mod compute;
+mod coopmat;
 pub mod device;
 mod encode;
 mod errors;

@@ -20,6 +20,7 @@ fn tiled_integer_products_are_within_the_activation_quantization_bound() {
         return;
     };
     super::force(Some(true));
+    crate::coopmat::force(Some(false));
     crate::matvec_q8::force(Some(true));
     let stream = dev.new_wgpu_stream().unwrap();
     let mut values = crate::test_values(23);
@@ -37,6 +38,7 @@ fn tiled_integer_products_are_within_the_activation_quantization_bound() {
     super::BIG.with(|b| b.set(None));
     crate::matvec_q8::force(None);
     super::force(None);
+    crate::coopmat::force(None);
 }
 
 /// A chain of ten products, each reading the one before (as a model's
@@ -50,6 +52,7 @@ fn a_chain_of_products_reuses_the_scratch() {
         return;
     };
     super::force(Some(true));
+    crate::coopmat::force(Some(false));
     crate::matvec_q8::force(Some(true));
     let stream = dev.new_wgpu_stream().unwrap();
     let mut values = crate::test_values(29);
@@ -99,6 +102,7 @@ fn a_chain_of_products_reuses_the_scratch() {
     }
     crate::matvec_q8::force(None);
     super::force(None);
+    crate::coopmat::force(None);
 }
 
 /// The tiled kernel and the matrix-vector kernel read the same quantized
@@ -121,6 +125,7 @@ fn tiled_and_matrix_vector_integer_products_agree() {
 
 fn tiled_and_matrix_vector_agree(dev: &crate::WgpuDevice) {
     super::force(Some(true));
+    crate::coopmat::force(Some(false));
     crate::matvec_q8::force(Some(true));
     crate::merge_products::force(Some(false));
     let stream = dev.new_wgpu_stream().unwrap();
@@ -178,6 +183,7 @@ fn tiled_and_matrix_vector_agree(dev: &crate::WgpuDevice) {
     crate::merge_products::force(None);
     crate::matvec_q8::force(None);
     super::force(None);
+    crate::coopmat::force(None);
 }
 
 /// Four inputs read twice each, round robin, on a device whose buffers
@@ -199,6 +205,7 @@ fn a_quantization_without_room_leaves_its_products_to_the_float_kernels() {
     };
     let dev = crate::family().open_device(0, &opts).unwrap();
     super::force(Some(true));
+    crate::coopmat::force(Some(false));
     crate::matvec_q8::force(Some(true));
     crate::merge_products::force(Some(false));
     let stream = dev.new_wgpu_stream().unwrap();
@@ -259,4 +266,5 @@ fn a_quantization_without_room_leaves_its_products_to_the_float_kernels() {
     crate::merge_products::force(None);
     crate::matvec_q8::force(None);
     super::force(None);
+    crate::coopmat::force(None);
 }

@@ -245,8 +245,21 @@ pub(crate) fn within_rounding(
     w: &[f32],
     xs: &[f32],
     got: &[f32],
+    shape: (usize, usize, usize),
+    what: &str,
+) {
+    within_rounding_by(w, xs, got, shape, what, 1e-5);
+}
+
+/// [`within_rounding`] within `rel` of the products' magnitudes (and
+/// 1e-6).
+pub(crate) fn within_rounding_by(
+    w: &[f32],
+    xs: &[f32],
+    got: &[f32],
     (k, m, cols): (usize, usize, usize),
     what: &str,
+    rel: f64,
 ) {
     let xq = quantized_activations(xs);
     for c in 0..cols {
@@ -260,7 +273,7 @@ pub(crate) fn within_rounding(
             }
             let v = f64::from(got[c * m + r]);
             assert!(
-                (v - want).abs() <= 1e-5 * mag + 1e-6,
+                (v - want).abs() <= rel * mag + 1e-6,
                 "{what} k={k} column {c} row {r}: {v} vs {want} (products' magnitude {mag})"
             );
         }

@@ -100,8 +100,17 @@ impl Binding {
 
 /// The complete source of a kernel: helpers, bindings (binding 0 is the
 /// uniform `P`, storage bindings start at 1) and the body.
+/// A body's leading `enable` directives go first: WGSL takes them only
+/// before any declaration.
 pub(crate) fn assemble(bindings: &[Binding], body: &str) -> String {
     let mut s = String::with_capacity(COMMON.len() + body.len() + 4096 * bindings.len());
+    let mut body = body;
+    while let Some(rest) = body.strip_prefix("enable ") {
+        let end = rest.find('\n').map_or(rest.len(), |i| i + 1);
+        s.push_str("enable ");
+        s.push_str(&rest[..end]);
+        body = &rest[end..];
+    }
     s.push_str(COMMON);
     for (i, b) in bindings.iter().enumerate() {
         accessors(&mut s, i + 1, b);
@@ -393,6 +402,26 @@ fn dequant_body(x: &str, dtype: DType) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body's leading `enable` directives open the module (WGSL rejects
+    /// them after a declaration); the rest of the body follows the
+    /// bindings.
+    #[test]
+    fn enable_directives_go_first() {
+        let b = [Binding::plain("d", DType::F32)];
+        let src = assemble(
+            &b,
+            "enable f16;\nenable wgpu_cooperative_matrix;\nconst X: u32 = 1u;\n",
+        );
+        assert!(
+            src.starts_with("enable f16;\nenable wgpu_cooperative_matrix;\n"),
+            "{}",
+            &src[..80]
+        );
+        assert_eq!(src.matches("enable ").count(), 2);
+        let (common, body) = (src.find(COMMON).unwrap(), src.find("const X: u32").unwrap());
+        assert!(common > 0 && body > common + COMMON.len());
+    }
 
     #[test]
     fn outputs_below_a_word_are_atomic() {

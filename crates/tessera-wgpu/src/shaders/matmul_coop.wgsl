@@ -1,0 +1,154 @@
+// matmul_coop.wgsl: MUL_MAT of quantized weights (the types of
+// mq_unit.wgsl) with many columns by cooperative matrices (tensor cores):
+// f16 products summed in f32. The host prepends `enable` directives (moved
+// to the module's start), CS (the matrices' side: 8 or 16), TI (= 32 / CS:
+// each computing subgroup's TI x TI matrices of the 64 x 64 tile) and WG
+// (4 x the adapter's largest subgroup: at least 4 subgroups however the
+// device groups the invocations; subgroup s computes the 32 x 32 quarter
+// s % 4 of the tile, all of them stage).
+//
+// Each workgroup computes a 64 x 64 tile of dst, one unit (32 values of k)
+// a step: rows' units decoded by mq_unit (codes and factors, value =
+// f * code + offset) and columns' quantized units (quant_act.wgsl's bytes
+// and scales, value = d * q) staged as f16 in workgroup memory, then each
+// computing subgroup multiplies and adds its matrices. A column whose
+// values could pass f16's range (127 x its largest scale above 2^14) is
+// staged times a power of two that brings it below, and its results are
+// stored divided by it (exact: the same bits as without the range check
+// wherever no scaling is needed). The results go through workgroup memory
+// (one matrix per computing subgroup at a time) to dst, rows past m and
+// columns past n dropped; units past k, rows past m and columns past n
+// stage zeros.
+// P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
+// of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)).
+
+const BT: u32 = 64u;
+// Row stride of the staged units, in halves: 32 values and 8 of padding
+// (80 bytes: every matrix starts at a multiple of 16 bytes).
+const LDK: u32 = 40u;
+// [row * LDK + kk]: the A matrices, row-major.
+var<workgroup> sa: array<f16, 2560>;
+// [column * LDK + kk]: the B matrices (k x columns), column-major.
+var<workgroup> sb: array<f16, 2560>;
+// One result matrix per computing subgroup, column-major.
+var<workgroup> sc: array<f32, 1024>;
+// Each column's scale (a power of two, 1 unless its range needs it).
+var<workgroup> cs: array<f32, 64>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>, @builtin(subgroup_id) sid: u32) {
+    // No early return: cooperative operations need uniform control flow
+    // (a workgroup past the last tile computes, and stores nothing).
+    let g = group_index(wid, nwg);
+    let real = g < P.off2.y;
+    let m = P.ne_d.x;
+    let n = P.iu.z;
+    let k = P.ne_0.x;
+    let nb = k / 32u;
+    let tile = mm_tile(g, BT, BT);
+    let r0 = tile.x * BT;
+    let c0 = tile.y * BT;
+    let t = lid.x;
+    let pairs = P.iu.y >> 2u;
+    for (var i = t; i < BT; i = i + WG) {
+        let col = c0 + i;
+        var most = 0.0;
+        if (col < n) {
+            for (var b = 0u; b < nb; b = b + 1u) {
+                most = max(most, abs(bitcast<f32>(s1_w(pairs + 2u * (col * nb + b)))));
+            }
+        }
+        let amax = 127.0 * most;
+        var scale = 1.0;
+        if (amax > 16384.0) {
+            scale = exp2(14.0 - ceil(log2(amax)));
+        }
+        cs[i] = scale;
+    }
+    // The quarter of subgroup s: rows 32 (s % 2), columns 32 (s / 2 % 2)
+    // of the tile. Every subgroup computes (cooperative operations need
+    // uniform control flow): where the device made more than 4, the others
+    // repeat the first 4's quarters, and store the same values.
+    let slot = sid % 4u;
+    let qr = 32u * (slot % 2u);
+    let qc = 32u * (slot / 2u);
+    var acc: array<coop_mat_CSxCS<f32, C>, TI * TI>;
+    for (var b = 0u; b < nb; b = b + 1u) {
+        workgroupBarrier();
+        for (var i = t; i < 2u * BT; i = i + WG) {
+            if (i < BT) {
+                let row = r0 + i;
+                var w0 = vec4<u32>(0u);
+                var w1 = vec4<u32>(0u);
+                var f = vec4<f32>(0.0);
+                if (row < m) {
+                    let un = mq_unit(P.off.y + row * P.nb_0.y, b);
+                    w0 = un.w0;
+                    w1 = un.w1;
+                    f = vec4<f32>(un.f.xy, un.f.z, un.f.z);
+                    if (s0_T == T_Q2_K) {
+                        f = vec4<f32>(un.f.xy, un.g);
+                    }
+                }
+                let o = i * LDK;
+                for (var j = 0u; j < 16u; j = j + 1u) {
+                    let c = j / 4u;
+                    let sh = 8u * (j % 4u);
+                    let q0 = f32(extractBits(bitcast<i32>(w0[c]), sh, 8u));
+                    let q1 = f32(extractBits(bitcast<i32>(w1[c]), sh, 8u));
+                    sa[o + j] = f16(f.x * q0 + f.z);
+                    sa[o + 16u + j] = f16(f.y * q1 + f.w);
+                }
+            } else {
+                let ci = i - BT;
+                let col = c0 + ci;
+                let o = ci * LDK;
+                if (col < n) {
+                    let yq = P.iu.x + col * k + 32u * b;
+                    let d = bitcast<f32>(s1_w(pairs + 2u * (col * nb + b))) * cs[ci];
+                    for (var h = 0u; h < 2u; h = h + 1u) {
+                        let y = s1_v4(yq + 16u * h);
+                        for (var j = 0u; j < 16u; j = j + 1u) {
+                            let q = f32(extractBits(bitcast<i32>(y[j / 4u]), 8u * (j % 4u), 8u));
+                            sb[o + 16u * h + j] = f16(d * q);
+                        }
+                    }
+                } else {
+                    for (var j = 0u; j < 32u; j = j + 1u) {
+                        sb[o + j] = f16(0.0);
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+        {
+            for (var kk = 0u; kk < 32u; kk = kk + CS) {
+                for (var bi = 0u; bi < TI; bi = bi + 1u) {
+                    let bm = coopLoad<coop_mat_CSxCS<f16, B>>(&sb[(qc + CS * bi) * LDK + kk], LDK);
+                    for (var ai = 0u; ai < TI; ai = ai + 1u) {
+                        let am = coopLoadT<coop_mat_CSxCS<f16, A>>(&sa[(qr + CS * ai) * LDK + kk], LDK);
+                        acc[ai * TI + bi] = coopMultiplyAdd(am, bm, acc[ai * TI + bi]);
+                    }
+                }
+            }
+        }
+    }
+    // Out: matrix by matrix, each computing subgroup's through sc.
+    for (var e = 0u; e < TI * TI; e = e + 1u) {
+        workgroupBarrier();
+        coopStore(acc[e], &sc[slot * CS * CS], CS);
+        workgroupBarrier();
+        for (var i = t; i < 4u * CS * CS; i = i + WG) {
+            let s = i / (CS * CS);
+            let rr = i % CS;
+            let cc = (i / CS) % CS;
+            let row = r0 + 32u * (s % 2u) + CS * (e / TI) + rr;
+            let ci = 32u * (s / 2u) + CS * (e % TI) + cc;
+            let col = c0 + ci;
+            if (real && row < m && col < n) {
+                d_st(P.off.x + row * P.nb_d.x + col * P.nb_d.y, sc[i] / cs[ci]);
+            }
+        }
+    }
+}
