@@ -15,7 +15,7 @@
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - cooperative matrices for prompts (TESSERA_WGPU_COOPMAT=0 off: the
-#     integer tiles), the integer tiled products (TESSERA_WGPU_MMQ=0 off,
+#     integer tiles; =big their 128 x 128 tile), the integer tiled products (TESSERA_WGPU_MMQ=0 off,
 #     =big their 128 x 128 tile) and the float ones with the 128 x 128
 #     tile (TESSERA_WGPU_MM=big), prompts pp512,
 #     and the same op by op (n=512);
@@ -160,11 +160,11 @@ done
 fi
 
 if in_part 2; then
-say "prompts: cooperative matrices where the GPU has them (default), integer 64 tiles (TESSERA_WGPU_COOPMAT=0), integer 128 tiles (+ TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
+say "prompts: cooperative matrices where the GPU has them (default; 128 tiles: TESSERA_WGPU_COOPMAT=big), integer 64 tiles (TESSERA_WGPU_COOPMAT=0), integer 128 tiles (+ TESSERA_WGPU_MMQ=big), float 64 tiles (TESSERA_WGPU_MMQ=0), float 128 tiles (+ TESSERA_WGPU_MM=big)"
 "$T" devices 2>&1 | grep -i "features" >>"$LOG"
 for f in q4_0 q4_K; do
     for round in 1 2; do
-        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
+        for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=big TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0 "TESSERA_WGPU_MMQ=0 TESSERA_WGPU_MM=big"; do
             # The float 128 tile once (q4_0, first round): an older candidate.
             case "$f $round $opts" in *2\ *MM=big | q4_K*MM=big) continue ;; esac
             echo "-- $f round $round $opts" >>"$LOG"
@@ -177,8 +177,8 @@ done
 fi
 
 if in_part 2; then
-say "products of 512 columns: cooperative matrices (default, where the GPU has them) / integer tiles (TESSERA_WGPU_COOPMAT=0) / integer 128 tiles (+ TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
-for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0; do
+say "products of 512 columns: cooperative matrices (default, where the GPU has them) / their 128 tiles (TESSERA_WGPU_COOPMAT=big) / integer tiles (TESSERA_WGPU_COOPMAT=0) / integer 128 tiles (+ TESSERA_WGPU_MMQ=big) / float tiles (TESSERA_WGPU_MMQ=0)"
+for opts in TESSERA_WGPU_MMQ=1 TESSERA_WGPU_COOPMAT=big TESSERA_WGPU_COOPMAT=0 "TESSERA_WGPU_COOPMAT=0 TESSERA_WGPU_MMQ=big" TESSERA_WGPU_MMQ=0; do
     echo "-- $opts" >>"$LOG"
     # shellcheck disable=SC2086 # one or two assignments
     (export $opts; step 60 "$T" bench ops --device wgpu0 --op "n=512," --seconds "$SECS" "${VS_OPS[@]}")

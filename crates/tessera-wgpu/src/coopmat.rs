@@ -42,7 +42,8 @@ env_switch!("TESSERA_WGPU_COOPMAT");
 /// subgroups (the kernel names its subgroups): by default on hardware
 /// adapters only (a software adapter emulates the matrices: lavapipe's
 /// prompts ran 3x slower with them), `TESSERA_WGPU_COOPMAT=1` on any,
-/// `TESSERA_WGPU_COOPMAT=0` on none.
+/// `TESSERA_WGPU_COOPMAT=0` on none (`big`: on any, with 128 x 128
+/// tiles).
 pub(crate) fn side(adapter: &wgpu::Adapter) -> Option<u32> {
     let wanted = match std::env::var("TESSERA_WGPU_COOPMAT")
         .as_deref()
@@ -97,8 +98,9 @@ pub(crate) fn request(
         // stores in bounds, which wgpu does not check. The only shader using
         // them is `shaders/matmul_coop.wgsl`, which loads and stores
         // workgroup arrays of fixed size only, and `source` makes it only
-        // for matrix sides whose every load and store `in_bounds` has
-        // checked lies inside those arrays.
+        // for tile shapes and matrix sides whose every load and store
+        // `in_bounds` has checked, position by position, lies inside
+        // those arrays.
         unsafe {
             wgpu::ExperimentalFeatures::enabled()
         }
@@ -115,65 +117,153 @@ pub(crate) fn request(
     pollster::block_on(adapter.request_device(&desc))
 }
 
-/// The kernel `core`'s many-column integer products take, where it was
-/// opened with cooperative matrices (unless a test turned them off on
-/// this thread) and has a variant for them: four subgroups of its largest
-/// size in a workgroup of at most 256.
-pub(crate) fn kernel(core: &Core) -> Option<&'static str> {
+/// A workgroup's share of a product: a `tile` x `tile` block of dst,
+/// `parts` subgroups computing `part_rows` x `part_cols` of it each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    tile: u32,
+    parts: u32,
+    part_rows: u32,
+    part_cols: u32,
+}
+
+/// 64 x 64, four parts of 32 x 32 (the default).
+pub(crate) const SMALL: Shape = Shape {
+    tile: 64,
+    parts: 4,
+    part_rows: 32,
+    part_cols: 32,
+};
+
+/// 128 x 128, eight parts of 64 x 32: each staged value feeds twice the
+/// products (`TESSERA_WGPU_COOPMAT=big`; a quarter of the workgroups, so
+/// fewer than a large GPU's multiprocessors for a 1B model's smaller
+/// products: off until a GPU times it).
+pub(crate) const BIG: Shape = Shape {
+    tile: 128,
+    parts: 8,
+    part_rows: 64,
+    part_cols: 32,
+};
+
+/// The staged arrays' row stride, in halves (the shader's `LDK`): 32
+/// values and 8 of padding, 80 bytes.
+const LDK: u32 = 40;
+
+impl Shape {
+    /// Bytes of workgroup memory the kernel declares: two staged arrays
+    /// of f16, one result matrix per part and a scale per column, f32.
+    fn workgroup_bytes(self, side: u32) -> u32 {
+        2 * 2 * self.tile * LDK + 4 * self.parts * side * side + 4 * self.tile
+    }
+}
+
+/// Whether every cooperative load and store of the kernel in `shape` with
+/// matrices of `side` stays inside its workgroup array, checked position
+/// by position as the shader computes them: the A (B) matrices of part s
+/// at rows (columns) `part_rows (s % (tile / part_rows)) + side i` and `kk`
+/// (a multiple of `side` below 32), `side` rows (columns) of `side`
+/// halves at stride LDK, in arrays of `tile * LDK` halves; the results
+/// at `s * side * side`, `side * side` floats of `parts * side * side`.
+fn in_bounds(shape: Shape, side: u32) -> bool {
+    let Shape {
+        tile,
+        parts,
+        part_rows,
+        part_cols,
+    } = shape;
+    if !matches!(side, 8 | 16)
+        || part_rows % side != 0
+        || part_cols % side != 0
+        || tile % part_rows != 0
+        || (tile / part_rows) * (tile / part_cols) != parts
+    {
+        return false;
+    }
+    let staged = tile * LDK;
+    let fits = |first: u32, kk: u32| first * LDK + kk + (side - 1) * LDK + (side - 1) < staged;
+    (0..parts).all(|s| {
+        let (qr, qc) = (
+            part_rows * (s % (tile / part_rows)),
+            part_cols * (s / (tile / part_rows)),
+        );
+        (0..32 / side).all(|step| {
+            let kk = side * step;
+            (0..part_rows / side).all(|i| fits(qr + side * i, kk))
+                && (0..part_cols / side).all(|i| fits(qc + side * i, kk))
+        }) && (s + 1) * side * side <= parts * side * side
+    })
+}
+
+/// The kernel `core`'s many-column integer products take, and its shape:
+/// where it was opened with cooperative matrices (unless a test turned
+/// them off on this thread) and has a variant for them (the shape's parts
+/// as subgroups of its largest size in a workgroup it allows, with the
+/// workgroup memory it allows); the 64 tile where the 128 one does not
+/// fit.
+pub(crate) fn kernel(core: &Core) -> Option<(&'static str, Shape)> {
     let (side, largest) = (core.coop_side?, core.largest_subgroup?);
     #[cfg(test)]
     let largest = tests::LARGEST.with(std::cell::Cell::get).unwrap_or(largest);
     #[cfg(test)]
     let side = tests::SIDE.with(std::cell::Cell::get).unwrap_or(side);
-    if !switch_on(|| true) || largest > 64 {
+    if !switch_on(|| true) {
         return None;
     }
-    source(side, 4 * largest.max(1))
+    let fits = |shape: Shape| {
+        let wg = shape.parts.checked_mul(largest)?;
+        (wg <= core.limits.max_compute_invocations_per_workgroup
+            && wg <= core.limits.max_compute_workgroup_size_x
+            && shape.workgroup_bytes(side) <= core.limits.max_compute_workgroup_storage_size)
+            .then_some(wg)
+    };
+    [BIG, SMALL]
+        .into_iter()
+        .filter(|&shape| shape == SMALL || big_tiles())
+        .find_map(|shape| Some((source(shape, side, fits(shape)?)?, shape)))
 }
 
-/// Rows and columns of a workgroup's tile.
-const TILE: usize = 64;
-/// The staged arrays' row stride, in halves (the shader's `LDK`).
-const LDK: u32 = 40;
-/// Halves in each staged array (`sa`, `sb`).
-const STAGED: u32 = 2560;
-/// Floats in the results' array (`sc`).
-const RESULTS: u32 = 1024;
-
-/// Whether every cooperative load and store of the kernel with matrices
-/// of `side` stays inside its workgroup array: loads from rows `32 q + side
-/// i` (q < 2, i < 32 / side) at `kk` (a multiple of `side` below 32), each
-/// `side` rows of `side` halves at stride LDK; stores of `side * side`
-/// floats at `s * side * side` (s < 4).
-fn in_bounds(side: u32) -> bool {
-    let tiles = 32 / side;
-    let last_row = 32 + side * (tiles - 1) + (side - 1);
-    let last_k = (32 - side) + (side - 1);
-    side.is_power_of_two()
-        && (8..=16).contains(&side)
-        && last_row * LDK + last_k < STAGED
-        && 4 * side * side <= RESULTS
+/// Whether the 128 x 128 tiles are taken (`TESSERA_WGPU_COOPMAT=big`, or
+/// a test's choice on its thread).
+fn big_tiles() -> bool {
+    #[cfg(test)]
+    if let Some(on) = tests::BIG_TILES.with(std::cell::Cell::get) {
+        return on;
+    }
+    static BIG_ENV: OnceLock<bool> = OnceLock::new();
+    *BIG_ENV.get_or_init(|| std::env::var("TESSERA_WGPU_COOPMAT").is_ok_and(|v| v.trim() == "big"))
 }
 
-/// The kernel's source for matrices of `side` and workgroups of `wg`
-/// invocations: made once per pair (a handful per process) and kept, as
-/// the pipeline cache keys kernels by their `'static` source.
-fn source(side: u32, wg: u32) -> Option<&'static str> {
-    static SOURCES: OnceLock<Mutex<HashMap<(u32, u32), &'static str>>> = OnceLock::new();
-    if !in_bounds(side) {
+/// The kernel's source in `shape` for matrices of `side` and workgroups
+/// of `wg` invocations: made once for each (a handful per process) and
+/// kept, as the pipeline cache keys kernels by their `'static` source;
+/// `None` where [`in_bounds`] does not hold.
+fn source(shape: Shape, side: u32, wg: u32) -> Option<&'static str> {
+    type Sources = HashMap<(Shape, u32, u32), &'static str>;
+    static SOURCES: OnceLock<Mutex<Sources>> = OnceLock::new();
+    if !in_bounds(shape, side) {
         return None;
     }
     let mut sources = SOURCES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    let made = sources.entry((side, wg)).or_insert_with(|| {
+    let made = sources.entry((shape, side, wg)).or_insert_with(|| {
         let body = include_str!("shaders/matmul_coop.wgsl")
             .replace("coop_mat_CSxCS", &format!("coop_mat{side}x{side}"));
+        let Shape {
+            tile,
+            parts,
+            part_rows,
+            part_cols,
+        } = shape;
         let text = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst CS: u32 = {side}u;\n\
-             const TI: u32 = {}u;\nconst WG: u32 = {wg}u;\n{}{}{body}",
-            32 / side,
+             const BT: u32 = {tile}u;\nconst NSG: u32 = {parts}u;\nconst PR: u32 = {part_rows}u;\n\
+             const PC: u32 = {part_cols}u;\nconst TR: u32 = {}u;\nconst TC: u32 = {}u;\n\
+             const WG: u32 = {wg}u;\n{}{}{body}",
+            part_rows / side,
+            part_cols / side,
             include_str!("shaders/matmul_common.wgsl"),
             include_str!("shaders/mq_unit.wgsl"),
         );
@@ -183,18 +273,20 @@ fn source(side: u32, wg: u32) -> Option<&'static str> {
 }
 
 /// Record the product `dst = a^T b` whose `call` [`crate::matvec_q8`] set
-/// up (as for [`crate::matmul_q8::record`]) with `body`, from [`kernel`].
+/// up (as for [`crate::matmul_q8::record`]) with `kernel`, from
+/// [`kernel`].
 pub(crate) fn record(
     batch: &mut Batch<'_>,
     core: &Core,
     call: Call,
-    body: &'static str,
+    (body, shape): (&'static str, Shape),
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
+    let tile = shape.tile as usize;
     let groups = m
-        .div_ceil(TILE)
-        .checked_mul(n.div_ceil(TILE))
+        .div_ceil(tile)
+        .checked_mul(n.div_ceil(tile))
         .ok_or_else(|| tessera::Error::Overflow("MUL_MAT workgroups".into()))?;
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;

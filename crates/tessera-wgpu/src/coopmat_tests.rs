@@ -12,12 +12,37 @@ thread_local! {
     pub(crate) static LARGEST: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
     /// The side [`kernel`] takes, on this thread (`None`: the device's).
     pub(crate) static SIDE: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    /// Whether [`kernel`] takes the 128 x 128 tiles, on this thread
+    /// (`None`: the environment's choice).
+    pub(crate) static BIG_TILES: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
+/// Both shapes with both sides keep every cooperative load and store in
+/// their arrays; other sides, and shapes whose parts do not cover the
+/// tile exactly or whose last part would reach past it, are refused.
 #[test]
-fn every_load_and_store_of_both_sides_is_in_bounds() {
-    assert!(in_bounds(8) && in_bounds(16));
-    assert!(!in_bounds(32) && !in_bounds(4) && !in_bounds(12));
+fn every_load_and_store_of_both_shapes_is_in_bounds() {
+    for shape in [SMALL, BIG] {
+        assert!(in_bounds(shape, 8) && in_bounds(shape, 16), "{shape:?}");
+        assert!(!in_bounds(shape, 32) && !in_bounds(shape, 4) && !in_bounds(shape, 12));
+    }
+    let skewed = Shape {
+        part_rows: 48,
+        ..SMALL
+    };
+    let too_many = Shape { parts: 8, ..SMALL };
+    let too_tall = Shape {
+        parts: 2,
+        part_rows: 64,
+        part_cols: 64,
+        tile: 32,
+    };
+    for shape in [skewed, too_many, too_tall] {
+        assert!(!in_bounds(shape, 8) && !in_bounds(shape, 16), "{shape:?}");
+    }
+    // The 128 tile's workgroup memory: 20 KiB staged, 8 KiB of results
+    // (16 x 16), a scale per column.
+    assert_eq!(BIG.workgroup_bytes(16), 20480 + 8192 + 512);
 }
 
 #[test]
@@ -118,9 +143,10 @@ fn check(
 /// Every weight type the integer kernels take, in shapes that end
 /// mid-tile (rows and columns), across several tiles both ways, with an
 /// odd count of units: within f16 rounding of the f64 product of the
-/// activations as quantized. Also in workgroups of twice the subgroups
-/// (as on a device whose largest subgroup is twice the one it runs:
-/// eight subgroups, the last four repeating the first four's quarters).
+/// activations as quantized. Tiles of 64 and of 128
+/// (`TESSERA_WGPU_COOPMAT=big`), each also in workgroups of twice the
+/// subgroups (as on a device whose largest subgroup is twice the one it
+/// runs: the second half of the subgroups repeating the first's parts).
 /// With `TESSERA_COOPMAT_UNREPORTED=1` also 16 x 16 matrices on a device
 /// that reports 8 x 8 only: outside Vulkan's contract, but lavapipe
 /// computes them, which checks the variant NVIDIA's GPUs take
@@ -142,17 +168,24 @@ fn cooperative_products_are_within_f16_rounding() {
     }
     for side in sides {
         SIDE.with(|s| s.set(Some(side)));
-        for wide in [largest, 2 * largest] {
-            LARGEST.with(|l| l.set(Some(wide)));
-            let what = format!(" ({side} x {side}, workgroups of {})", 4 * wide);
-            for wt in crate::matvec_q8::TYPES {
-                let k_odd = if wt.block_size() == 32 { 288 } else { 512 };
-                for shape in [(256, 37, 9), (k_odd, 70, 65), (256, 129, 130)] {
-                    check(&dev, wt, shape, None, &mut rnd, &what);
+        for big in [false, true] {
+            BIG_TILES.with(|b| b.set(Some(big)));
+            for wide in [largest, 2 * largest] {
+                LARGEST.with(|l| l.set(Some(wide)));
+                let (_, shape) = kernel(dev.core()).unwrap();
+                assert_eq!(shape, if big { BIG } else { SMALL });
+                let what =
+                    format!(" ({side} x {side}, big tiles {big}, subgroups of {wide} at most)");
+                for wt in crate::matvec_q8::TYPES {
+                    let k_odd = if wt.block_size() == 32 { 288 } else { 512 };
+                    for shape in [(256, 37, 9), (k_odd, 70, 65), (256, 129, 130)] {
+                        check(&dev, wt, shape, None, &mut rnd, &what);
+                    }
                 }
             }
         }
     }
+    BIG_TILES.with(|b| b.set(None));
     SIDE.with(|s| s.set(None));
     LARGEST.with(|l| l.set(None));
     crate::matmul_q8::force(None);

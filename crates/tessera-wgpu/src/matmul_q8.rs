@@ -85,8 +85,8 @@ pub(crate) fn record(
     call: Call,
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
-    if let Some(body) = crate::coopmat::kernel(core) {
-        return crate::coopmat::record(batch, core, call, body, (a, dst));
+    if let Some(kernel) = crate::coopmat::kernel(core) {
+        return crate::coopmat::record(batch, core, call, kernel, (a, dst));
     }
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
     let (body, tile) = MATMUL_Q8[usize::from(big_tiles())];

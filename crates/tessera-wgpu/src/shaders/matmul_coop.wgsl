@@ -1,39 +1,38 @@
 // matmul_coop.wgsl: MUL_MAT of quantized weights (the types of
 // mq_unit.wgsl) with many columns by cooperative matrices (tensor cores):
 // f16 products summed in f32. The host prepends `enable` directives (moved
-// to the module's start), CS (the matrices' side: 8 or 16), TI (= 32 / CS:
-// each computing subgroup's TI x TI matrices of the 64 x 64 tile) and WG
-// (4 x the adapter's largest subgroup: at least 4 subgroups however the
-// device groups the invocations; subgroup s computes the 32 x 32 quarter
-// s % 4 of the tile, all of them stage).
+// to the module's start) and the shape: CS (the matrices' side, 8 or 16),
+// BT (the workgroup's tile: BT x BT of dst), NSG subgroups computing a
+// part of PR rows x PC columns each (TR = PR / CS by TC = PC / CS
+// matrices), WG (NSG x the adapter's largest subgroup: at least NSG
+// subgroups however the device groups the invocations; subgroup s
+// computes part s % NSG, all of them stage).
 //
-// Each workgroup computes a 64 x 64 tile of dst, one unit (32 values of k)
-// a step: rows' units decoded by mq_unit (codes and factors, value =
-// f * code + offset) and columns' quantized units (quant_act.wgsl's bytes
-// and scales, value = d * q) staged as f16 in workgroup memory, then each
-// computing subgroup multiplies and adds its matrices. A column whose
-// values could pass f16's range (127 x its largest scale above 2^14) is
-// staged times a power of two that brings it below, and its results are
-// stored divided by it (exact: the same bits as without the range check
-// wherever no scaling is needed). The results go through workgroup memory
-// (one matrix per computing subgroup at a time) to dst, rows past m and
-// columns past n dropped; units past k, rows past m and columns past n
-// stage zeros.
+// Each workgroup computes its tile one unit (32 values of k) a step:
+// rows' units decoded by mq_unit (codes and factors, value = f * code +
+// offset) and columns' quantized units (quant_act.wgsl's bytes and
+// scales, value = d * q) staged as f16 in workgroup memory, then each
+// subgroup multiplies and adds its matrices. A column whose values could
+// pass f16's range (127 x its largest scale above 2^14) is staged times a
+// power of two that brings it below, and its results are stored divided
+// by it (exact: the same bits as without the range check wherever no
+// scaling is needed). The results go through workgroup memory (one matrix
+// per part at a time) to dst, rows past m and columns past n dropped;
+// rows past m and columns past n stage zeros.
 // P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
 // of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)).
 
-const BT: u32 = 64u;
 // Row stride of the staged units, in halves: 32 values and 8 of padding
 // (80 bytes: every matrix starts at a multiple of 16 bytes).
 const LDK: u32 = 40u;
 // [row * LDK + kk]: the A matrices, row-major.
-var<workgroup> sa: array<f16, 2560>;
+var<workgroup> sa: array<f16, BT * LDK>;
 // [column * LDK + kk]: the B matrices (k x columns), column-major.
-var<workgroup> sb: array<f16, 2560>;
-// One result matrix per computing subgroup, column-major.
-var<workgroup> sc: array<f32, 1024>;
+var<workgroup> sb: array<f16, BT * LDK>;
+// One result matrix per part, column-major.
+var<workgroup> sc: array<f32, NSG * CS * CS>;
 // Each column's scale (a power of two, 1 unless its range needs it).
-var<workgroup> cs: array<f32, 64>;
+var<workgroup> cs: array<f32, BT>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -66,14 +65,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         cs[i] = scale;
     }
-    // The quarter of subgroup s: rows 32 (s % 2), columns 32 (s / 2 % 2)
-    // of the tile. Every subgroup computes (cooperative operations need
-    // uniform control flow): where the device made more than 4, the others
-    // repeat the first 4's quarters, and store the same values.
-    let slot = sid % 4u;
-    let qr = 32u * (slot % 2u);
-    let qc = 32u * (slot / 2u);
-    var acc: array<coop_mat_CSxCS<f32, C>, TI * TI>;
+    // Part s: rows PR (s % (BT / PR)), columns PC (s / (BT / PR)) of the
+    // tile. Every subgroup computes (cooperative operations need uniform
+    // control flow): where the device made more than NSG, the others
+    // repeat the first NSG's parts, and store the same values.
+    let slot = sid % NSG;
+    let qr = PR * (slot % (BT / PR));
+    let qc = PC * (slot / (BT / PR));
+    var acc: array<coop_mat_CSxCS<f32, C>, TR * TC>;
     for (var b = 0u; b < nb; b = b + 1u) {
         workgroupBarrier();
         for (var i = t; i < 2u * BT; i = i + WG) {
@@ -124,27 +123,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         {
             for (var kk = 0u; kk < 32u; kk = kk + CS) {
-                for (var bi = 0u; bi < TI; bi = bi + 1u) {
+                for (var bi = 0u; bi < TC; bi = bi + 1u) {
                     let bm = coopLoad<coop_mat_CSxCS<f16, B>>(&sb[(qc + CS * bi) * LDK + kk], LDK);
-                    for (var ai = 0u; ai < TI; ai = ai + 1u) {
+                    for (var ai = 0u; ai < TR; ai = ai + 1u) {
                         let am = coopLoadT<coop_mat_CSxCS<f16, A>>(&sa[(qr + CS * ai) * LDK + kk], LDK);
-                        acc[ai * TI + bi] = coopMultiplyAdd(am, bm, acc[ai * TI + bi]);
+                        acc[ai * TC + bi] = coopMultiplyAdd(am, bm, acc[ai * TC + bi]);
                     }
                 }
             }
         }
     }
-    // Out: matrix by matrix, each computing subgroup's through sc.
-    for (var e = 0u; e < TI * TI; e = e + 1u) {
+    // Out: matrix by matrix, each part's through sc.
+    for (var e = 0u; e < TR * TC; e = e + 1u) {
         workgroupBarrier();
         coopStore(acc[e], &sc[slot * CS * CS], CS);
         workgroupBarrier();
-        for (var i = t; i < 4u * CS * CS; i = i + WG) {
+        for (var i = t; i < NSG * CS * CS; i = i + WG) {
             let s = i / (CS * CS);
             let rr = i % CS;
             let cc = (i / CS) % CS;
-            let row = r0 + 32u * (s % 2u) + CS * (e / TI) + rr;
-            let ci = 32u * (s / 2u) + CS * (e % TI) + cc;
+            let row = r0 + PR * (s % (BT / PR)) + CS * (e / TC) + rr;
+            let ci = PC * (s / (BT / PR)) + CS * (e % TC) + cc;
             let col = c0 + ci;
             if (real && row < m && col < n) {
                 d_st(P.off.x + row * P.nb_d.x + col * P.nb_d.y, sc[i] / cs[ci]);
