@@ -146,25 +146,26 @@ pub(crate) const BIG: Shape = Shape {
     part_cols: 32,
 };
 
-/// The staged arrays' row stride, in halves (the shader's `LDK`): 32
-/// values and 8 of padding, 80 bytes.
-const LDK: u32 = 40;
+/// The staged arrays' row stride in vectors of 4 halves (the shader's
+/// `LDV`): 32 values and 8 of padding, 80 bytes.
+const LDV: u32 = 10;
 
 impl Shape {
     /// Bytes of workgroup memory the kernel declares: two staged arrays
     /// of f16, one result matrix per part and a scale per column, f32.
     fn workgroup_bytes(self, side: u32) -> u32 {
-        2 * 2 * self.tile * LDK + 4 * self.parts * side * side + 4 * self.tile
+        2 * 8 * self.tile * LDV + 4 * self.parts * side * side + 4 * self.tile
     }
 }
 
 /// Whether every cooperative load and store of the kernel in `shape` with
 /// matrices of `side` stays inside its workgroup array, checked position
 /// by position as the shader computes them: the A (B) matrices of part s
-/// at rows (columns) `part_rows (s % (tile / part_rows)) + side i` and `kk`
-/// (a multiple of `side` below 32), `side` rows (columns) of `side`
-/// halves at stride LDK, in arrays of `tile * LDK` halves; the results
-/// at `s * side * side`, `side * side` floats of `parts * side * side`.
+/// at rows (columns) `part_rows (s % (tile / part_rows)) + side i` and
+/// value `kk` (a multiple of `side` below 32), `side` rows (columns) of
+/// `side / 4` vectors of 4 halves at stride LDV from vector `row LDV + kk
+/// / 4`, in arrays of `tile * LDV` vectors; the results at `s * side *
+/// side`, `side * side` floats of `parts * side * side`.
 fn in_bounds(shape: Shape, side: u32) -> bool {
     let Shape {
         tile,
@@ -180,8 +181,10 @@ fn in_bounds(shape: Shape, side: u32) -> bool {
     {
         return false;
     }
-    let staged = tile * LDK;
-    let fits = |first: u32, kk: u32| first * LDK + kk + (side - 1) * LDK + (side - 1) < staged;
+    let staged = tile * LDV;
+    let fits = |first: u32, kk: u32| {
+        kk.is_multiple_of(4) && first * LDV + kk / 4 + (side - 1) * LDV + (side / 4 - 1) < staged
+    };
     (0..parts).all(|s| {
         let (qr, qc) = (
             part_rows * (s % (tile / part_rows)),

@@ -22,13 +22,15 @@
 // P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
 // of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)).
 
-// Row stride of the staged units, in halves: 32 values and 8 of padding
-// (80 bytes: every matrix starts at a multiple of 16 bytes).
-const LDK: u32 = 40u;
-// [row * LDK + kk]: the A matrices, row-major.
-var<workgroup> sa: array<f16, BT * LDK>;
-// [column * LDK + kk]: the B matrices (k x columns), column-major.
-var<workgroup> sb: array<f16, BT * LDK>;
+// Row stride of the staged units, in vectors of 4 halves: 32 values and 8
+// of padding (80 bytes: every matrix starts at a multiple of 16 bytes).
+// The cooperative loads take their offsets and strides in these vectors
+// (SPIR-V counts both in elements of the pointer's type).
+const LDV: u32 = 10u;
+// [row * LDV + kk / 4]: the A matrices, row-major.
+var<workgroup> sa: array<vec4<f16>, BT * LDV>;
+// [column * LDV + kk / 4]: the B matrices (k x columns), column-major.
+var<workgroup> sb: array<vec4<f16>, BT * LDV>;
 // One result matrix per part, column-major.
 var<workgroup> sc: array<f32, NSG * CS * CS>;
 // Each column's scale (a power of two, 1 unless its range needs it).
@@ -90,32 +92,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                         f = vec4<f32>(un.f.xy, un.g);
                     }
                 }
-                let o = i * LDK;
-                for (var j = 0u; j < 16u; j = j + 1u) {
-                    let c = j / 4u;
-                    let sh = 8u * (j % 4u);
-                    let q0 = f32(extractBits(bitcast<i32>(w0[c]), sh, 8u));
-                    let q1 = f32(extractBits(bitcast<i32>(w1[c]), sh, 8u));
-                    sa[o + j] = f16(f.x * q0 + f.z);
-                    sa[o + 16u + j] = f16(f.y * q1 + f.w);
+                let o = i * LDV;
+                // Byte j of word c: value 4 c + j (of each half).
+                for (var c = 0u; c < 4u; c = c + 1u) {
+                    let q0 = vec4<f32>(unpack4xI8(w0[c]));
+                    let q1 = vec4<f32>(unpack4xI8(w1[c]));
+                    sa[o + c] = vec4<f16>(f.x * q0 + f.z);
+                    sa[o + 4u + c] = vec4<f16>(f.y * q1 + f.w);
                 }
             } else {
                 let ci = i - BT;
                 let col = c0 + ci;
-                let o = ci * LDK;
+                let o = ci * LDV;
                 if (col < n) {
                     let yq = P.iu.x + col * k + 32u * b;
                     let d = bitcast<f32>(s1_w(pairs + 2u * (col * nb + b))) * cs[ci];
                     for (var h = 0u; h < 2u; h = h + 1u) {
                         let y = s1_v4(yq + 16u * h);
-                        for (var j = 0u; j < 16u; j = j + 1u) {
-                            let q = f32(extractBits(bitcast<i32>(y[j / 4u]), 8u * (j % 4u), 8u));
-                            sb[o + 16u * h + j] = f16(d * q);
+                        for (var c = 0u; c < 4u; c = c + 1u) {
+                            sb[o + 4u * h + c] = vec4<f16>(d * vec4<f32>(unpack4xI8(y[c])));
                         }
                     }
                 } else {
-                    for (var j = 0u; j < 32u; j = j + 1u) {
-                        sb[o + j] = f16(0.0);
+                    for (var c = 0u; c < 8u; c = c + 1u) {
+                        sb[o + c] = vec4<f16>(0.0);
                     }
                 }
             }
@@ -124,9 +124,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         {
             for (var kk = 0u; kk < 32u; kk = kk + CS) {
                 for (var bi = 0u; bi < TC; bi = bi + 1u) {
-                    let bm = coopLoad<coop_mat_CSxCS<f16, B>>(&sb[(qc + CS * bi) * LDK + kk], LDK);
+                    let bm = coopLoad<coop_mat_CSxCS<f16, B>>(&sb[(qc + CS * bi) * LDV + kk / 4u], LDV);
                     for (var ai = 0u; ai < TR; ai = ai + 1u) {
-                        let am = coopLoadT<coop_mat_CSxCS<f16, A>>(&sa[(qr + CS * ai) * LDK + kk], LDK);
+                        let am = coopLoadT<coop_mat_CSxCS<f16, A>>(&sa[(qr + CS * ai) * LDV + kk / 4u], LDV);
                         acc[ai * TC + bi] = coopMultiplyAdd(am, bm, acc[ai * TC + bi]);
                     }
                 }
