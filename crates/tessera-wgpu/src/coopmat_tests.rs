@@ -2,6 +2,8 @@
 //! have cooperative matrices (lavapipe from Mesa 26 does; CI's does not).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
+use std::sync::atomic::Ordering;
+
 use super::*;
 
 thread_local! {
@@ -15,7 +17,13 @@ thread_local! {
     /// Whether [`kernel`] takes the 128 x 128 tiles, on this thread
     /// (`None`: the environment's choice).
     pub(crate) static BIG_TILES: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Whether [`kernel`] gives [`BROKEN_SOURCE`], on this thread.
+    pub(crate) static BROKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
+
+/// A kernel no device compiles (a float where a u32 is declared).
+pub(crate) const BROKEN_SOURCE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n\
+    @compute @workgroup_size(64) fn main() { let x: u32 = 1.5; }\n";
 
 /// Both shapes with both sides keep every cooperative load and store in
 /// their arrays; other sides, and shapes whose parts do not cover the
@@ -217,6 +225,62 @@ fn a_column_past_f16_range_is_scaled() {
             " (column 13 x 1e6)",
         );
     }
+    crate::matmul_q8::force(None);
+    crate::matvec_q8::force(None);
+    force(None);
+}
+
+/// A device that refuses the kernel (here: a source that does not
+/// compile, as a driver might refuse an experimental feature) computes
+/// the products with the integer tiles instead (within their float
+/// rounding of the f64 product of the activations as quantized, where
+/// f16 staging would not be), says so once, and takes the integer tiles
+/// from then on without trying again.
+#[test]
+fn a_refused_kernel_leaves_the_products_to_the_integer_tiles() {
+    use tessera::{DType, Graph, Stream};
+    if coop_device().is_none() {
+        return;
+    }
+    // A device of its own: the refusal is the device's for good.
+    let opts = crate::DeviceOptions {
+        name: Some("WGPU0.coop-refused".into()),
+        max_buffer_size: None,
+    };
+    let dev = crate::family().open_device(0, &opts).unwrap();
+    force(Some(true));
+    crate::matvec_q8::force(Some(true));
+    crate::matmul_q8::force(Some(true));
+    BROKEN.with(|b| b.set(true));
+    let mut values = crate::test_values(47);
+    let mut rnd = move || values.next().unwrap();
+    let (k, m, cols) = (256, 70, 20);
+    let stream = dev.new_wgpu_stream().unwrap();
+    for round in 0..2 {
+        let mut g = Graph::new();
+        let w = g.input("w", DType::Q4_0, &[k, m]).unwrap();
+        let x = g.input("x", DType::F32, &[k, cols]).unwrap();
+        let y = g.mul_mat(w, x).unwrap();
+        g.set_output(y).unwrap();
+        let (pl, _galloc) = crate::test_placement(&dev, &g);
+        let (q, deq) = crate::matvec_q8::tests::weights(DType::Q4_0, k, m, &mut rnd);
+        pl.tensor(&g, w).unwrap().write(0, &q).unwrap();
+        let xs: Vec<f32> = (0..k * cols).map(|_| rnd()).collect();
+        pl.tensor(&g, x).unwrap().write_f32(&xs).unwrap();
+        let coop = RECORDED.with(|r| r.get());
+        stream.compute(&g, &pl).unwrap();
+        assert_eq!(
+            RECORDED.with(|r| r.get()),
+            coop,
+            "round {round}: not by the kernel"
+        );
+        assert!(dev.core().coop_refused.load(Ordering::Relaxed));
+        let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
+        let what = format!("refused, round {round}");
+        crate::matvec_q8::tests::within_rounding(&deq, &xs, &got, (k, m, cols), &what);
+    }
+    assert!(kernel(dev.core()).is_none());
+    BROKEN.with(|b| b.set(false));
     crate::matmul_q8::force(None);
     crate::matvec_q8::force(None);
     force(None);

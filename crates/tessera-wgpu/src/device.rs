@@ -59,6 +59,9 @@ pub(crate) struct Core {
     /// The side of the cooperative matrices the many-column products take,
     /// when the device was opened with them ([`crate::coopmat`]).
     pub coop_side: Option<u32>,
+    /// Set when the device refused to compile the cooperative-matrix
+    /// kernel: its products go back to the integer tiles.
+    pub coop_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -195,6 +198,7 @@ impl WgpuDevice {
             smallest_subgroup,
             largest_subgroup,
             coop_side,
+            coop_refused: Default::default(),
         });
         Ok(Arc::new_cyclic(|me: &Weak<WgpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();

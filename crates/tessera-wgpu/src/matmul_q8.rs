@@ -85,8 +85,10 @@ pub(crate) fn record(
     call: Call,
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
-    if let Some(kernel) = crate::coopmat::kernel(core) {
-        return crate::coopmat::record(batch, core, call, kernel, (a, dst));
+    if let Some(kernel) = crate::coopmat::kernel(core)
+        && crate::coopmat::record(batch, core, &call, kernel, (a, dst))?
+    {
+        return Ok(());
     }
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
     let (body, tile) = MATMUL_Q8[usize::from(big_tiles())];
