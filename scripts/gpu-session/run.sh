@@ -12,6 +12,9 @@
 #   - a tied output matrix's copy on the GPU (Gemma 3 270M-shaped file;
 #     --ngl 18 leaves the output on the CPU) and Gemma's joined norms
 #     (TESSERA_WGPU_FUSE_SANDWICH=0, TESSERA_WGPU_FUSE_PAIR=0 off), decoding;
+#   - a mixture-of-experts model's expert products by the integer kernel
+#     (TESSERA_WGPU_MOE_Q8=0 off: one invocation per output), decoding and
+#     prompts of a synthetic Qwen3 MoE file;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - cooperative matrices for prompts (TESSERA_WGPU_COOPMAT=0 off: the
@@ -112,6 +115,7 @@ for t in q4_0 q4_K; do
     step 120 "$G/bin/synth" llama "$t" "$G/vocab.gguf" "$M/1b-$t.gguf" llama-3.2-1b
 done
 step 60 "$G/bin/synth" gemma3 q4_0 "$G/vocab.gguf" "$M/g270-q4_0.gguf" gemma-3-270m
+step 60 "$G/bin/synth" qwen3moe q4_K "$G/vocab.gguf" "$M/moe-q4_K.gguf" moe-1024
 
 if in_part 1; then
 say "greedy tokens: default, products one by one, gate/up and GLU apart, no fusion at all (same bits: same md5)"
@@ -156,6 +160,17 @@ for opts in "" "--ngl 18" "TESSERA_WGPU_FUSE_SANDWICH=0 TESSERA_WGPU_FUSE_PAIR=0
     # shellcheck disable=SC2086 # empty or several words
     ([ -z "$envs" ] || export $envs; step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 $ngl \
         -p 0 -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
+done
+fi
+
+if in_part 1; then
+say "mixture of experts (synthetic Qwen3 MoE, 32 experts of 256 x 1,024, 4 used): integer expert products (default) / matmul_id.wgsl (TESSERA_WGPU_MOE_Q8=0); interleaved"
+for round in 1 2; do
+    for moe in 1 0; do
+        echo "-- round $round TESSERA_WGPU_MOE_Q8=$moe" >>"$LOG"
+        TESSERA_WGPU_MOE_Q8=$moe step 45 "$T" bench model -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
+            -p "$PP" -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
+    done
 done
 fi
 

@@ -626,6 +626,15 @@ pub(crate) fn encode_node(
             let a = src(0).ok_or_else(missing)?;
             let b = src(1).ok_or_else(missing)?;
             let ids = src(2).ok_or_else(missing)?;
+            if node.op == Op::MulMatId
+                && let (Some(q8), Some(b_id)) = (q8, node.src(1))
+                && crate::matvec_q8_id::takes(&a.layout, &b.layout)
+            {
+                let (root, _) = graph.memory_root(b_id)?;
+                if crate::matvec_q8_id::encode(batch, core, q8, (b_id, root, b), &dst, (a, ids))? {
+                    return Ok(());
+                }
+            }
             let mut call = Call::new(&dst, &[Some(a), Some(b), Some(ids)])?;
             call.params.iu[0] = a.layout.dtype.block_size() as u32;
             call.params.iu[1] = if node.op == Op::MulMatId { 1 } else { 2 };

@@ -83,17 +83,24 @@ fn enabled() -> bool {
 /// (at most [`MAX_COLS`] unless the tiled kernel is on), one matrix each
 /// (no batches).
 pub(crate) fn takes(a: &Layout, b: &Layout) -> bool {
+    takes_weights(a)
+        && b.dtype == DType::F32
+        && b.nb[0] == 4
+        && (b.ne[1] <= MAX_COLS || crate::matmul_q8::enabled())
+        && a.ne[2] * a.ne[3] == 1
+        && b.ne[2] * b.ne[3] == 1
+}
+
+/// Whether the integer kernels take weights `a`: rows of whole blocks of
+/// a type they decode, no shorter than the encoder gives a matrix-vector
+/// kernel ([`crate::encode::MATVEC_MIN_K`]); the kernel on.
+pub(crate) fn takes_weights(a: &Layout) -> bool {
     let k = a.ne[0];
     enabled()
         && TYPES.contains(&a.dtype)
         && a.nb[0] == a.dtype.type_size()
         && k.is_multiple_of(a.dtype.block_size())
         && k >= crate::encode::MATVEC_MIN_K
-        && b.dtype == DType::F32
-        && b.nb[0] == 4
-        && (b.ne[1] <= MAX_COLS || crate::matmul_q8::enabled())
-        && a.ne[2] * a.ne[3] == 1
-        && b.ne[2] * b.ne[3] == 1
 }
 
 /// Record `dst = a^T b` (b = tensor `b_id`, its memory `b_root`'s): b's

@@ -28,8 +28,8 @@ pub(crate) fn region_bytes(k: usize, cols: usize) -> (usize, usize) {
     (q, q + pairs)
 }
 
-/// The integer products of `range`: (node index, activations, their
-/// layout).
+/// The integer products of `range` (MUL_MAT and MUL_MAT_ID): (node
+/// index, activations, their layout as the matrix their quantization is).
 fn products(
     graph: &Graph,
     range: std::ops::Range<usize>,
@@ -48,7 +48,13 @@ fn products(
             let (Ok(la), Ok(lb)) = (graph.layout(a), graph.layout(b)) else {
                 return None;
             };
-            (n.op == Op::MulMat && takes(&la, &lb)).then_some((start + i, b, lb))
+            match n.op {
+                Op::MulMat if takes(&la, &lb) => Some((start + i, b, lb)),
+                Op::MulMatId if crate::matvec_q8_id::takes(&la, &lb) => {
+                    Some((start + i, b, crate::matvec_q8_id::columns(&lb).ok()?))
+                }
+                _ => None,
+            }
         })
 }
 
@@ -362,8 +368,10 @@ impl Compute {
             .copied()
             .filter(whole)
             .collect();
-        let lb = graph.layout(*readers.first()?).ok()?;
-        let (pairs_at, bytes) = region_bytes(lb.ne[0], lb.ne[1]);
+        // All of `t`, as the columns of its first dimension (a MUL_MAT_ID's
+        // activations have three).
+        let k = graph.layout(*readers.first()?).ok()?.ne[0];
+        let (pairs_at, bytes) = region_bytes(k, lt.nelements().checked_div(k)?);
         let base = self.place(bytes, self.until(&readers))?;
         Some(Quantized {
             scratch: self.buffer.clone(),

@@ -44,8 +44,8 @@ fn mq_product(g: u32) -> MqProduct {
 }
 
 // Lane t of `lanes`'s partial sums of the row whose weights start at byte
-// a, one per column (n columns).
-fn mq_row(a: u32, t: u32, lanes: u32, n: u32) -> array<f32, MQ_COLS> {
+// a, one per column (n columns from column c0 of the scratch).
+fn mq_row(a: u32, t: u32, lanes: u32, c0: u32, n: u32) -> array<f32, MQ_COLS> {
     let k = P.ne_0.x;
     let nb = k / 32u;
     var acc: array<f32, MQ_COLS>;
@@ -53,12 +53,12 @@ fn mq_row(a: u32, t: u32, lanes: u32, n: u32) -> array<f32, MQ_COLS> {
         let u = mq_unit(a, b);
         for (var c = 0u; c < MQ_COLS; c = c + 1u) {
             if (MQ_COLS == 1u || c < n) {
-                let yq = P.iu.x + c * k + 32u * b;
+                let yq = P.iu.x + (c0 + c) * k + 32u * b;
                 let y0 = s1_v4(yq);
                 let y1 = s1_v4(yq + 16u);
                 let i0 = f32(mq_dot(u.w0, y0));
                 let i1 = f32(mq_dot(u.w1, y1));
-                let pw = (P.iu.y >> 2u) + 2u * (c * nb + b);
+                let pw = (P.iu.y >> 2u) + 2u * ((c0 + c) * nb + b);
                 let dy = bitcast<f32>(s1_w(pw));
                 let sy = bitcast<f32>(s1_w(pw + 1u));
                 acc[c] = acc[c] + dy * (u.f.x * i0 + u.f.y * i1) + u.f.z * sy;

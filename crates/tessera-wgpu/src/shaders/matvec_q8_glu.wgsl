@@ -39,8 +39,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var r = sg; r < MG_ROWS; r = r + n_sg) {
         let row = MG_ROWS * g + r;
         if (row < m) {
-            let ax = mq_row(P.off.y + row * P.nb_0.y, lane, lanes, n);
-            let bx = mq_row(P.iu2.w + row * P.nb_0.y, lane, lanes, n);
+            let ax = mq_row(P.off.y + row * P.nb_0.y, lane, lanes, 0u, n);
+            let bx = mq_row(P.iu2.w + row * P.nb_0.y, lane, lanes, 0u, n);
             var y: array<f32, MQ_COLS>;
             for (var c = 0u; c < MQ_COLS; c = c + 1u) {
                 if (MQ_COLS == 1u || c < n) {

@@ -28,7 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (row >= p.m) {
             break;
         }
-        let acc = mq_row(p.a_at + row * p.a_nb, lane, lanes, n);
+        let acc = mq_row(p.a_at + row * p.a_nb, lane, lanes, 0u, n);
         var sum: array<f32, MQ_COLS>;
         for (var c = 0u; c < MQ_COLS; c = c + 1u) {
             if (MQ_COLS == 1u || c < n) {

@@ -22,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let t = lid.x % MQ_LANES;
     var acc: array<f32, MQ_COLS>;
     if (row < p.m) {
-        acc = mq_row(p.a_at + row * p.a_nb, t, MQ_LANES, n);
+        acc = mq_row(p.a_at + row * p.a_nb, t, MQ_LANES, 0u, n);
     }
     for (var c = 0u; c < MQ_COLS; c = c + 1u) {
         mq_part[c * MQ_WG + lid.x] = acc[c];
