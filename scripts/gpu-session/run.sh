@@ -164,13 +164,19 @@ done
 fi
 
 if in_part 1; then
-say "mixture of experts (synthetic Qwen3 MoE, 32 experts of 256 x 1,024, 4 used): integer expert products (default) / matmul_id.wgsl (TESSERA_WGPU_MOE_Q8=0); interleaved"
+say "mixture of experts (synthetic Qwen3 MoE, 32 experts of 256 x 1,024, 4 used): integer expert products with the weighted sum joined (default) / sum apart (TESSERA_WGPU_FUSE_MOE=0) / matmul_id.wgsl (TESSERA_WGPU_MOE_Q8=0); interleaved; then greedy md5s, default and sum apart (same bits)"
 for round in 1 2; do
-    for moe in 1 0; do
-        echo "-- round $round TESSERA_WGPU_MOE_Q8=$moe" >>"$LOG"
-        TESSERA_WGPU_MOE_Q8=$moe step 45 "$T" bench model -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
-            -p "$PP" -n "$TG" -r "$REPS" "${VS_MODEL[@]}"
+    for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0 TESSERA_WGPU_MOE_Q8=0; do
+        echo "-- round $round $opts" >>"$LOG"
+        # shellcheck disable=SC2086 # one assignment
+        (export $opts; step 45 "$T" bench model -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
+            -p "$PP" -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
     done
+done
+for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0; do
+    fits 60 || break
+    echo "[$opts] $(env $opts timeout -k 5 60 "$T" run -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
+        --temp 0 -n 24 -p "The quick brown fox" 2>/dev/null | md5sum)" | tee -a "$LOG"
 done
 fi
 

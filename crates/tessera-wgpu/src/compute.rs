@@ -18,7 +18,7 @@ use tessera::{AbortCallback, Error, Graph, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::encode_node;
-use crate::{fuse, fuse_rope, glu_products, matvec_q8, merge_products, support};
+use crate::{fuse, fuse_moe, fuse_rope, glu_products, matvec_q8, merge_products, support};
 
 /// Record the op nodes of `range` and submit them, in parts
 /// ([`part_size`]); returns the last submission's index (`None` when
@@ -60,7 +60,7 @@ pub(crate) fn compute(
         .saturating_add(crate::attention::scratch_bytes(graph, start..end));
     let mut q8 = matvec_q8::Compute::new(scratch, core, q8_bytes, graph, start..end)?;
     // Nodes already recorded with a node before them (crate::fuse).
-    let mut fused: Taken = NOTHING;
+    let mut fused: Vec<TensorId> = Vec::new();
     for id in ids() {
         let node = &graph.nodes()[id.index()];
         // TRANSFER nodes are the scheduler's copies, made before the compute.
@@ -75,7 +75,7 @@ pub(crate) fn compute(
                 q8.written(root);
             }
         }
-        if fused.contains(&Some(id)) {
+        if fused.contains(&id) {
             continue;
         }
         let label = |batch: &mut Batch<'_>, suffix: &str| {
@@ -86,7 +86,7 @@ pub(crate) fn compute(
                 batch.set_label(label + suffix);
             }
         };
-        fused = NOTHING;
+        fused.clear();
         if let Some(run) = fuse::plan(graph, &counts, id, end) {
             label(&mut batch, run.label());
             // The products that read the run's result find it quantized
@@ -101,7 +101,7 @@ pub(crate) fn compute(
             if fuse::encode(&mut batch, core, graph, placement, &run, quant.as_ref())
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = run.rest();
+                fused.extend(run.rest().into_iter().flatten());
                 if let (Some(q8), Some(quant)) = (q8.as_mut(), &quant) {
                     q8.commit(graph.memory_root(run.result())?.0, quant);
                 }
@@ -110,16 +110,16 @@ pub(crate) fn compute(
                 q8.cancel(quant);
             }
         }
-        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused == NOTHING) {
+        if let Some(run) = fuse_rope::plan(graph, &counts, id, end).filter(|_| fused.is_empty()) {
             // fuse_rope::encode names what it took in.
             label(&mut batch, "");
             if let Some(rest) = fuse_rope::encode(&mut batch, core, graph, placement, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = rest;
+                fused.extend(rest.into_iter().flatten());
             }
         }
-        if fused == NOTHING
+        if fused.is_empty()
             && let Some(q8) = q8.as_mut()
             && let Some(run) = glu_products::plan(core, graph, placement, &counts, id, end)
                 .map_err(|e| annotate(e, graph, id))?
@@ -128,10 +128,21 @@ pub(crate) fn compute(
             if glu_products::encode(&mut batch, core, graph, placement, q8, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = run.rest();
+                fused.extend(run.rest().into_iter().flatten());
             }
         }
-        if fused == NOTHING
+        if fused.is_empty()
+            && let Some(q8) = q8.as_mut()
+            && let Some(run) = fuse_moe::plan(core, graph, &counts, id, end)
+        {
+            label(&mut batch, &format!(" (weighted sum of {})", run.used()));
+            if fuse_moe::encode(&mut batch, core, graph, placement, q8, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused.extend(run.rest());
+            }
+        }
+        if fused.is_empty()
             && let Some(q8) = q8.as_mut()
             && let Some(run) = merge_products::plan(core, graph, placement, id, end)
                 .map_err(|e| annotate(e, graph, id))?
@@ -140,10 +151,10 @@ pub(crate) fn compute(
             if merge_products::encode(&mut batch, core, graph, placement, q8, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
-                fused = widen(run.rest());
+                fused.extend(run.rest().into_iter().flatten());
             }
         }
-        if fused == NOTHING {
+        if fused.is_empty() {
             label(&mut batch, "");
             encode_node(&mut batch, core, graph, placement, id, q8.as_mut())
                 .map_err(|e| annotate(e, graph, id))?;
@@ -167,15 +178,6 @@ pub(crate) fn compute(
 /// The nodes after the first that a fused dispatch took in (to skip).
 pub(crate) type Taken = [Option<TensorId>; 4];
 
-/// No node taken in.
-const NOTHING: Taken = [None; 4];
-
-/// The nodes a two-node fusion took in, as the compute loop keeps them.
-fn widen([a, b]: [Option<TensorId>; 2]) -> Taken {
-    [a, b, None, None]
-}
-
-/// Ask the abort callback (if any) whether to stop before submitting more.
 fn check_abort(core: &Core, abort: Option<&AbortCallback>) -> Result<()> {
     if let Some(cb) = abort {
         match catch_unwind(AssertUnwindSafe(|| cb())) {

@@ -631,7 +631,14 @@ pub(crate) fn encode_node(
                 && crate::matvec_q8_id::takes(&a.layout, &b.layout)
             {
                 let (root, _) = graph.memory_root(b_id)?;
-                if crate::matvec_q8_id::encode(batch, core, q8, (b_id, root, b), &dst, (a, ids))? {
+                if crate::matvec_q8_id::encode(
+                    batch,
+                    core,
+                    q8,
+                    (b_id, root, b),
+                    &dst,
+                    (a, ids, None),
+                )? {
                     return Ok(());
                 }
             }

@@ -39,6 +39,7 @@ mod errors;
 pub mod event;
 pub mod family;
 mod fuse;
+mod fuse_moe;
 mod fuse_pair;
 mod fuse_rope;
 mod fuse_sandwich;

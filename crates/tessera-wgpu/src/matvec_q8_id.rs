@@ -58,16 +58,18 @@ pub(crate) fn columns(b: &Layout) -> Result<Layout> {
 
 /// Record `dst = MUL_MAT_ID(a, b, ids)` (b = tensor `b_id`, its memory
 /// `b_root`'s): b's quantization unless this compute already made it,
-/// then the products. `false` (nothing recorded) where the device has no
-/// subgroup operations or the quantization no room in the scratch:
-/// `matmul_id.wgsl` takes it.
+/// then the products; with `weights` ([`crate::fuse_moe`]), `dst` is
+/// instead the sum over each token's slots of the products times their
+/// weights (`[rows, tokens]`). `false` (nothing recorded) where the device
+/// has no subgroup operations or the quantization no room in the
+/// scratch: the nodes take the other kernels.
 pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Core,
     state: &mut Compute,
     (b_id, b_root, b): (TensorId, TensorId, &Operand),
     dst: &Operand,
-    (a, ids): (&Operand, &Operand),
+    (a, ids, weights): (&Operand, &Operand, Option<&Operand>),
 ) -> Result<bool> {
     if !crate::subgroups::on(core) {
         return Ok(false);
@@ -81,16 +83,22 @@ pub(crate) fn encode(
     else {
         return Ok(false);
     };
-    let mut call = Call::new(dst, &[Some(a), Some(&scratch), Some(ids)])?;
+    let mut call = Call::new(dst, &[Some(a), Some(&scratch), Some(ids), weights])?;
     call.bindings[2] = call.bindings[2].as_vec4();
     let rows = crate::subgroups::rows_per_group(core, 128) as usize;
-    let row_groups = dst.layout.ne[0].div_ceil(rows);
-    let overflow = || tessera::Error::Overflow("MUL_MAT_ID workgroups".into());
+    let row_groups = a.layout.ne[1].div_ceil(rows);
+    // Workgroups: a row group of each (slot, token), or of each token.
+    let (used, tokens) = (ids.layout.ne[0], ids.layout.ne[1]);
+    let columns = if weights.is_some() {
+        tokens
+    } else {
+        used.saturating_mul(tokens)
+    };
     let groups = row_groups
-        .checked_mul(dst.layout.ne[1])
-        .and_then(|g| g.checked_mul(dst.layout.ne[2]))
-        .ok_or_else(overflow)?;
-    call.params.iu = [u32_of(base)?, u32_of(pairs)?, u32_of(b.layout.ne[1])?, 0];
+        .checked_mul(columns)
+        .ok_or_else(|| tessera::Error::Overflow("MUL_MAT_ID workgroups".into()))?;
+    let mode = u32::from(weights.is_some());
+    call.params.iu = [u32_of(base)?, u32_of(pairs)?, u32_of(b.layout.ne[1])?, mode];
     call.params.iu2[0] = u32_of(rows)?;
     call.params.iu2[1] = u32_of(row_groups)?;
     let mut params = call.params.items(groups)?;

@@ -1,0 +1,212 @@
+//! A mixture-of-experts layer's down product, the weighting of its
+//! experts' outputs and their sum, as one dispatch
+//! (`shaders/matvec_q8_id.wgsl`'s summing mode): MUL_MAT_ID, then MUL by
+//! the router's weights (`[1, used, tokens]`), then views of each slot's
+//! rows and a chain of ADDs (llama.cpp's `build_moe_ffn`, Tessera's
+//! `moe_ffn`).
+//!
+//! Why: with 8 experts a token (Qwen3 30B-A3B) that is 9 dispatches a
+//! layer, each but the first reading and writing a few thousand values
+//! after a barrier. The kernel computes each slot's product as the
+//! MUL_MAT_ID kernel does, multiplies it by its weight and adds it to the
+//! running sum in the chain's order: the separate dispatches' values, bit
+//! for bit where the GPU's compiler does not contract the multiply and
+//! the add into one fused operation (lavapipe does not; the test compares
+//! bits there).
+//!
+//! Taken where: the device's kernels use subgroups; the MUL_MAT_ID is
+//! taken by the integer kernel ([`crate::matvec_q8_id::takes`]) and read
+//! only by the MUL (not an output); the next nodes computing anything
+//! are that MUL (by F32 weights of one value per slot and token) and
+//! `used - 1` ADDs (2 to 16 slots), each adding the next slot's view (its
+//! rows of every token, in slot order) to the sum so far; every
+//! intermediate result read only there and not an output; the sum
+//! contiguous F32, apart from the weights, the ids and the router's
+//! weights. `TESSERA_WGPU_FUSE_MOE=0` (or `TESSERA_WGPU_FUSE=0`) leaves
+//! them to the separate dispatches, for measuring.
+
+use std::sync::Arc;
+
+use tessera::{DType, Graph, Op, Placement, Result, TensorId};
+
+use crate::batch::Batch;
+use crate::device::Core;
+use crate::encode::operand;
+use crate::fuse::{next_computing, overlap};
+use crate::matvec_q8::Compute;
+
+env_switch!("TESSERA_WGPU_FUSE_MOE");
+
+/// Most slots (experts a token) a run takes.
+const MAX_USED: usize = 16;
+
+/// The down product, the weighting and the sum (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    product: TensorId,
+    mul: TensorId,
+    /// The ADDs in order; the last one's result is the sum.
+    adds: Vec<TensorId>,
+}
+
+impl Run {
+    /// The nodes after the product that this run records (to skip).
+    pub(crate) fn rest(&self) -> impl Iterator<Item = TensorId> + '_ {
+        std::iter::once(self.mul).chain(self.adds.iter().copied())
+    }
+
+    /// The slots it sums.
+    pub(crate) fn used(&self) -> usize {
+        self.adds.len() + 1
+    }
+}
+
+/// The run that starts at node `id`, if one does (see the module docs);
+/// `counts` are the graph's use counts, `end` the end of the range being
+/// encoded.
+pub(crate) fn plan(
+    core: &Core,
+    graph: &Graph,
+    counts: &[u32],
+    id: TensorId,
+    end: usize,
+) -> Option<Run> {
+    if !(switch_on(crate::fuse::enabled) && crate::subgroups::on(core)) {
+        return None;
+    }
+    let node = graph.node(id).ok()?;
+    let (Op::MulMatId, Some(a), Some(b)) = (node.op, node.src(0), node.src(1)) else {
+        return None;
+    };
+    let ld = node.layout;
+    let (la, lb) = (graph.layout(a).ok()?, graph.layout(b).ok()?);
+    let (used, tokens) = (ld.ne[1], ld.ne[2]);
+    let only_read_there = |t: TensorId, reads: u32| {
+        counts.get(t.index()) == Some(&reads)
+            && graph
+                .node(t)
+                .is_ok_and(|n| !n.flags.contains(tessera::Flags::OUTPUT) && n.view_src.is_none())
+    };
+    let fits = crate::matvec_q8_id::takes(&la, &lb)
+        && (2..=MAX_USED).contains(&used)
+        && ld.dtype == DType::F32
+        && ld.is_contiguous()
+        && only_read_there(id, 1);
+    if !fits {
+        return None;
+    }
+    // The MUL by the router's weights, one per slot and token.
+    let mul = TensorId::from_index(next_computing(graph, id, end)? as u32);
+    let mn = graph.node(mul).ok()?;
+    let (Op::Mul, Some(x), Some(w)) = (mn.op, mn.src(0), mn.src(1)) else {
+        return None;
+    };
+    let lw = graph.layout(w).ok()?;
+    let weighted = x == id
+        && lw.dtype == DType::F32
+        && lw.ne == [1, used, tokens, 1]
+        && mn.layout.ne == ld.ne
+        && mn.layout.is_contiguous()
+        && only_read_there(mul, used as u32);
+    if !weighted {
+        return None;
+    }
+    // Slot s's rows of every token: a view of the MUL's result.
+    let lm = mn.layout;
+    let slot = |v: TensorId, s: usize| {
+        graph.node(v).is_ok_and(|n| {
+            n.op.is_view()
+                && n.view_src == Some(mul)
+                && n.view_offs == s * lm.nb[1]
+                && n.layout.ne == [ld.ne[0], tokens, 1, 1]
+                && n.layout.nb[0] == 4
+                && n.layout.nb[1] == lm.nb[2]
+                && counts.get(v.index()) == Some(&1)
+        })
+    };
+    let mut adds = Vec::with_capacity(used - 1);
+    let mut sum: Option<TensorId> = None;
+    let mut at = mul;
+    for s in 1..used {
+        let add = TensorId::from_index(next_computing(graph, at, end)? as u32);
+        let an = graph.node(add).ok()?;
+        let (Op::Add, Some(p), Some(q)) = (an.op, an.src(0), an.src(1)) else {
+            return None;
+        };
+        // The sum so far (slot 0's view at first) and slot s's view, in
+        // either order (a sum's two operands commute exactly).
+        let so_far = |t: TensorId| match sum {
+            None => slot(t, 0),
+            Some(prev) => t == prev,
+        };
+        let chained = (so_far(p) && slot(q, s)) || (so_far(q) && slot(p, s));
+        let last = s == used - 1;
+        if !chained
+            || an.layout.ne != [ld.ne[0], tokens, 1, 1]
+            || (!last && !only_read_there(add, 1))
+        {
+            return None;
+        }
+        adds.push(add);
+        sum = Some(add);
+        at = add;
+    }
+    let out = graph.node(*adds.last()?).ok()?;
+    (out.layout.dtype == DType::F32 && out.layout.is_contiguous() && out.view_src.is_none())
+        .then_some(Run {
+            product: id,
+            mul,
+            adds,
+        })
+}
+
+/// Record `run` as one dispatch (and the quantization of the product's
+/// input, unless this compute made it already); `false` (nothing
+/// recorded) where an operand has no memory, the sum would overlap what
+/// the dispatch reads, or the input's quantization has no room.
+pub(crate) fn encode(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    q8: &mut Compute,
+    run: &Run,
+) -> Result<bool> {
+    let node = graph.node(run.product)?;
+    let mn = graph.node(run.mul)?;
+    let (Some(a_id), Some(b_id), Some(ids_id), Some(w_id), Some(&sum_id)) = (
+        node.src(0),
+        node.src(1),
+        node.src(2),
+        mn.src(1),
+        run.adds.last(),
+    ) else {
+        return Ok(false);
+    };
+    let get = |t| operand(core, graph, placement, t);
+    let (Some(a), Some(b), Some(ids), Some(w), Some(sum)) = (
+        get(a_id)?,
+        get(b_id)?,
+        get(ids_id)?,
+        get(w_id)?,
+        get(sum_id)?,
+    ) else {
+        return Ok(false);
+    };
+    if overlap(&sum, &a)? || overlap(&sum, &ids)? || overlap(&sum, &w)? {
+        return Ok(false);
+    }
+    let (b_root, _) = graph.memory_root(b_id)?;
+    crate::matvec_q8_id::encode(
+        batch,
+        core,
+        q8,
+        (b_id, b_root, &b),
+        &sum,
+        (&a, &ids, Some(&w)),
+    )
+}
+
+#[cfg(test)]
+#[path = "fuse_moe_tests.rs"]
+mod tests;

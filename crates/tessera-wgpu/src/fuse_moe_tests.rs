@@ -1,0 +1,139 @@
+//! Tests of [`super`]: a MoE layer's down product, weighting and sum as
+//! one dispatch, bit for bit the separate dispatches (on lavapipe: see
+//! the module docs), and only where nothing can tell.
+#![allow(clippy::unwrap_used, clippy::panic)]
+use tessera::{DType, Graph, TensorId};
+
+/// The tail of `moe_ffn`: `experts = MUL_MAT_ID(w, act, ids)`, `p =
+/// experts * weights`, the sum of `p`'s slot views by a chain of ADDs
+/// (`reversed`: each ADD's operands the other way round); `keep` also
+/// makes the first ADD's result an output (nothing may be fused then).
+struct Tail {
+    g: Graph,
+    w: TensorId,
+    act: TensorId,
+    ids: TensorId,
+    weights: TensorId,
+    out: TensorId,
+}
+
+fn tail(
+    wt: DType,
+    (k, m, experts): (usize, usize, usize),
+    (used, tokens): (usize, usize),
+    reversed: bool,
+    keep: bool,
+) -> Tail {
+    let mut g = Graph::new();
+    let w = g.input("w", wt, &[k, m, experts]).unwrap();
+    let act = g.input("act", DType::F32, &[k, used, tokens]).unwrap();
+    let ids = g.input("ids", DType::I32, &[used, tokens]).unwrap();
+    let weights = g.input("weights", DType::F32, &[1, used, tokens]).unwrap();
+    for t in [w, act, ids, weights] {
+        // Kept: inputs' memory is not reused (as a model's weights and
+        // routing are not).
+        g.set_output(t).unwrap();
+    }
+    let experts_out = g.mul_mat_id(w, act, ids).unwrap();
+    let p = g.mul(experts_out, weights).unwrap();
+    let l = g.layout(p).unwrap();
+    let views: Vec<TensorId> = (0..used)
+        .map(|s| g.view_2d(p, m, tokens, l.nb[2], s * l.nb[1]).unwrap())
+        .collect();
+    let mut out = views[0];
+    for (s, &v) in views.iter().enumerate().skip(1) {
+        out = if reversed {
+            g.add(v, out).unwrap()
+        } else {
+            g.add(out, v).unwrap()
+        };
+        if keep && s == 1 {
+            g.set_output(out).unwrap();
+        }
+    }
+    g.set_output(out).unwrap();
+    Tail {
+        g,
+        w,
+        act,
+        ids,
+        weights,
+        out,
+    }
+}
+
+/// Compute `t` with the fusion on or off: the sum's bits and the
+/// dispatches recorded.
+fn run(dev: &crate::WgpuDevice, t: &Tail, fused: bool, seed: u64) -> (Vec<u32>, u64) {
+    let stream = dev.new_wgpu_stream().unwrap();
+    let (pl, _galloc) = crate::test_placement(dev, &t.g);
+    let lw = t.g.layout(t.w).unwrap();
+    let (k, rows, experts) = (lw.ne[0], lw.ne[1] * lw.ne[2], lw.ne[2]);
+    let mut values = crate::test_values(seed);
+    let mut rnd = move || values.next().unwrap();
+    let (q, _) = crate::matvec_q8::tests::weights(lw.dtype, k, rows, &mut rnd);
+    pl.tensor(&t.g, t.w).unwrap().write(0, &q).unwrap();
+    let n_act = t.g.layout(t.act).unwrap().nelements();
+    let xs: Vec<f32> = (0..n_act).map(|_| rnd()).collect();
+    pl.tensor(&t.g, t.act).unwrap().write_f32(&xs).unwrap();
+    let n_ids = t.g.layout(t.ids).unwrap().nelements();
+    let id: Vec<u8> = (0..n_ids)
+        .flat_map(|i| (((i * 7 + 3) % experts) as i32).to_le_bytes())
+        .collect();
+    pl.tensor(&t.g, t.ids).unwrap().write(0, &id).unwrap();
+    let ws: Vec<f32> = (0..n_ids).map(|_| 0.5 + 0.5 * rnd()).collect();
+    pl.tensor(&t.g, t.weights).unwrap().write_f32(&ws).unwrap();
+    super::force(Some(fused));
+    let dispatches = crate::test_compute_counted(&stream, &t.g, &pl);
+    super::force(None);
+    (crate::test_bits(&t.g, &pl, &[t.out]).remove(0), dispatches)
+}
+
+/// 2, 4 and 8 slots, 1 and 3 tokens, rows that end mid-workgroup, three
+/// weight types, each ADD's operands either way: one dispatch for the
+/// product, the weighting and the sum (after the quantization) against
+/// `used + 2`, the same bits.
+#[test]
+fn the_weighted_sum_of_the_experts_joins_their_product() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    if dev.subgroup_size().is_none() {
+        eprintln!("skipped: the device has no subgroup operations (the kernels need them)");
+        return;
+    }
+    for wt in [DType::Q4K, DType::Q8_0, DType::IQ4XS] {
+        for (used, tokens) in [(2, 1), (4, 3), (8, 1)] {
+            for reversed in [false, true] {
+                let what = format!("{wt} used {used} tokens {tokens} reversed {reversed}");
+                let t = tail(wt, (256, 70, 9), (used, tokens), reversed, false);
+                let (want, apart) = run(&dev, &t, false, 3);
+                let (got, together) = run(&dev, &t, true, 3);
+                assert_eq!(
+                    apart,
+                    used as u64 + 2,
+                    "{what}: quantization, product, MUL, ADDs"
+                );
+                assert_eq!(together, 2, "{what}: quantization and one dispatch");
+                assert_eq!(got, want, "{what}: bits");
+            }
+        }
+    }
+}
+
+/// A sum read elsewhere midway (the first ADD's result an output) is not
+/// fused: every node's dispatch, and the same sum.
+#[test]
+fn a_sum_read_midway_is_not_fused() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    if dev.subgroup_size().is_none() {
+        return;
+    }
+    let t = tail(DType::Q4K, (256, 70, 9), (4, 2), false, true);
+    let (want, apart) = run(&dev, &t, false, 5);
+    let (got, on) = run(&dev, &t, true, 5);
+    assert_eq!((apart, on), (6, 6), "nothing fused");
+    assert_eq!(got, want);
+}
