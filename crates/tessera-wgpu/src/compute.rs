@@ -133,6 +133,18 @@ pub(crate) fn compute(
         }
         if fused.is_empty()
             && let Some(q8) = q8.as_mut()
+            && let Some(run) = fuse_moe::plan_glu(core, graph, placement, &counts, id, end)
+                .map_err(|e| annotate(e, graph, id))?
+        {
+            label(&mut batch, " (2 merged + GLU)");
+            if fuse_moe::encode_glu(&mut batch, core, graph, placement, q8, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused.extend(run.rest());
+            }
+        }
+        if fused.is_empty()
+            && let Some(q8) = q8.as_mut()
             && let Some(run) = fuse_moe::plan(core, graph, &counts, id, end)
         {
             label(&mut batch, &format!(" (weighted sum of {})", run.used()));

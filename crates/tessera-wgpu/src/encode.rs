@@ -637,7 +637,7 @@ pub(crate) fn encode_node(
                     q8,
                     (b_id, root, b),
                     &dst,
-                    (a, ids, None),
+                    (a, ids, crate::matvec_q8_id::Mode::Products),
                 )? {
                     return Ok(());
                 }

@@ -2,7 +2,7 @@
 //! one dispatch, bit for bit the separate dispatches (on lavapipe: see
 //! the module docs), and only where nothing can tell.
 #![allow(clippy::unwrap_used, clippy::panic)]
-use tessera::{DType, Graph, TensorId};
+use tessera::{DType, GluOp, Graph, TensorId};
 
 /// The tail of `moe_ffn`: `experts = MUL_MAT_ID(w, act, ids)`, `p =
 /// experts * weights`, the sum of `p`'s slot views by a chain of ADDs
@@ -135,5 +135,112 @@ fn a_sum_read_midway_is_not_fused() {
     let (want, apart) = run(&dev, &t, false, 5);
     let (got, on) = run(&dev, &t, true, 5);
     assert_eq!((apart, on), (6, 6), "nothing fused");
+    assert_eq!(got, want);
+}
+
+/// `x` [k, 1, tokens] -> up and gate MUL_MAT_IDs (in `order`) by one
+/// set of ids, h = glu(gate, up) [ff, used, tokens]: the graph and its
+/// tensors (weights, x, ids, h); `keep` makes the first product an output
+/// (nothing may be fused then).
+fn gate_up(
+    wt: DType,
+    (k, ff, experts): (usize, usize, usize),
+    (used, tokens): (usize, usize),
+    (op, up_first, keep): (GluOp, bool, bool),
+) -> (Graph, [TensorId; 5]) {
+    let mut g = Graph::new();
+    let wg = g.input("wg", wt, &[k, ff, experts]).unwrap();
+    let wu = g.input("wu", wt, &[k, ff, experts]).unwrap();
+    let x = g.input("x", DType::F32, &[k, 1, tokens]).unwrap();
+    let ids = g.input("ids", DType::I32, &[used, tokens]).unwrap();
+    for t in [wg, wu, x, ids] {
+        g.set_output(t).unwrap();
+    }
+    let (gate, up) = if up_first {
+        let up = g.mul_mat_id(wu, x, ids).unwrap();
+        (g.mul_mat_id(wg, x, ids).unwrap(), up)
+    } else {
+        let gate = g.mul_mat_id(wg, x, ids).unwrap();
+        (gate, g.mul_mat_id(wu, x, ids).unwrap())
+    };
+    if keep {
+        g.set_output(gate).unwrap();
+    }
+    let h = g.glu_split(gate, up, op).unwrap();
+    g.set_output(h).unwrap();
+    (g, [wg, wu, x, ids, h])
+}
+
+/// Compute a [`gate_up`] graph with the fusion on or off: h's bits and
+/// the dispatches recorded.
+fn run_gate_up(
+    dev: &crate::WgpuDevice,
+    g: &Graph,
+    t: [TensorId; 5],
+    fused: bool,
+) -> (Vec<u32>, u64) {
+    let [wg, wu, x, ids, h] = t;
+    let stream = dev.new_wgpu_stream().unwrap();
+    let (pl, _galloc) = crate::test_placement(dev, g);
+    let mut values = crate::test_values(61);
+    let mut rnd = move || values.next().unwrap();
+    let lw = g.layout(wg).unwrap();
+    for w in [wg, wu] {
+        let (q, _) =
+            crate::matvec_q8::tests::weights(lw.dtype, lw.ne[0], lw.ne[1] * lw.ne[2], &mut rnd);
+        pl.tensor(g, w).unwrap().write(0, &q).unwrap();
+    }
+    let xs: Vec<f32> = (0..g.layout(x).unwrap().nelements())
+        .map(|_| 2.0 * rnd())
+        .collect();
+    pl.tensor(g, x).unwrap().write_f32(&xs).unwrap();
+    let n_ids = g.layout(ids).unwrap().nelements();
+    let id: Vec<u8> = (0..n_ids)
+        .flat_map(|i| (((i * 5 + 1) % lw.ne[2]) as i32).to_le_bytes())
+        .collect();
+    pl.tensor(g, ids).unwrap().write(0, &id).unwrap();
+    super::force(Some(fused));
+    let dispatches = crate::test_compute_counted(&stream, g, &pl);
+    super::force(None);
+    (crate::test_bits(g, &pl, &[h]).remove(0), dispatches)
+}
+
+/// Gate and up expert products and their GLU (SwiGLU and GeGLU, either
+/// product first, 1 and 3 tokens, rows that end mid-workgroup, three
+/// weight types): one dispatch after the quantization against four, the
+/// same bits; with the gate's result also an output, nothing fused.
+#[test]
+fn gate_and_up_experts_join_their_glu() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    if dev.subgroup_size().is_none() {
+        return;
+    }
+    for wt in [DType::Q4K, DType::Q8_0, DType::IQ4XS] {
+        for (used, tokens) in [(2, 1), (4, 3)] {
+            for (op, up_first) in [(GluOp::SwiGlu, false), (GluOp::GeGlu, true)] {
+                let what = format!("{wt} used {used} tokens {tokens} {op:?} up first {up_first}");
+                let (g, t) = gate_up(wt, (256, 70, 6), (used, tokens), (op, up_first, false));
+                let (want, apart) = run_gate_up(&dev, &g, t, false);
+                let (got, together) = run_gate_up(&dev, &g, t, true);
+                assert_eq!((apart, together), (4, 2), "{what}: dispatches");
+                assert_eq!(got, want, "{what}: bits");
+            }
+        }
+    }
+    let (g, t) = gate_up(
+        DType::Q4K,
+        (256, 70, 6),
+        (2, 2),
+        (GluOp::SwiGlu, false, true),
+    );
+    let (want, apart) = run_gate_up(&dev, &g, t, false);
+    let (got, on) = run_gate_up(&dev, &g, t, true);
+    assert_eq!(
+        (apart, on),
+        (4, 4),
+        "the gate read elsewhere: nothing fused"
+    );
     assert_eq!(got, want);
 }

@@ -56,20 +56,33 @@ pub(crate) fn columns(b: &Layout) -> Result<Layout> {
     Layout::contiguous(b.dtype, &[b.ne[0], cols])
 }
 
-/// Record `dst = MUL_MAT_ID(a, b, ids)` (b = tensor `b_id`, its memory
-/// `b_root`'s): b's quantization unless this compute already made it,
-/// then the products; with `weights` ([`crate::fuse_moe`]), `dst` is
-/// instead the sum over each token's slots of the products times their
-/// weights (`[rows, tokens]`). `false` (nothing recorded) where the device
-/// has no subgroup operations or the quantization no room in the
-/// scratch: the nodes take the other kernels.
+/// What a dispatch of the kernel computes (its `P.iu.w`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mode<'a> {
+    /// `dst = MUL_MAT_ID(a, b, ids)`.
+    Products,
+    /// The sum over each token's slots of the products times these
+    /// weights (`[1, used, tokens]`): `dst` is `[rows, tokens]`
+    /// ([`crate::fuse_moe`]).
+    WeightedSum(&'a Operand),
+    /// `act(a's products) * (these weights' products)`, `act` a
+    /// `unary_fn` code; these weights in `a`'s buffer, with its strides
+    /// ([`crate::fuse_moe`]).
+    Glu(&'a Operand, u32),
+}
+
+/// Record the kernel in `mode` over `a` (weights), `ids` and `b` (tensor
+/// `b_id`, its memory `b_root`'s): b's quantization unless this compute
+/// already made it, then the dispatch. `false` (nothing recorded) where
+/// the device has no subgroup operations or the quantization no room in
+/// the scratch: the nodes take the other kernels.
 pub(crate) fn encode(
     batch: &mut Batch<'_>,
     core: &Core,
     state: &mut Compute,
     (b_id, b_root, b): (TensorId, TensorId, &Operand),
     dst: &Operand,
-    (a, ids, weights): (&Operand, &Operand, Option<&Operand>),
+    (a, ids, mode): (&Operand, &Operand, Mode<'_>),
 ) -> Result<bool> {
     if !crate::subgroups::on(core) {
         return Ok(false);
@@ -82,6 +95,10 @@ pub(crate) fn encode(
     let Some((base, pairs, scratch)) = quantized_input(batch, core, state, (b_id, b_root, &flat))?
     else {
         return Ok(false);
+    };
+    let weights = match mode {
+        Mode::WeightedSum(w) => Some(w),
+        _ => None,
     };
     let mut call = Call::new(dst, &[Some(a), Some(&scratch), Some(ids), weights])?;
     call.bindings[2] = call.bindings[2].as_vec4();
@@ -97,12 +114,20 @@ pub(crate) fn encode(
     let groups = row_groups
         .checked_mul(columns)
         .ok_or_else(|| tessera::Error::Overflow("MUL_MAT_ID workgroups".into()))?;
-    let mode = u32::from(weights.is_some());
-    call.params.iu = [u32_of(base)?, u32_of(pairs)?, u32_of(b.layout.ne[1])?, mode];
+    let code = match mode {
+        Mode::Products => 0,
+        Mode::WeightedSum(_) => 1,
+        Mode::Glu(..) => 2,
+    };
+    call.params.iu = [u32_of(base)?, u32_of(pairs)?, u32_of(b.layout.ne[1])?, code];
     call.params.iu2[0] = u32_of(rows)?;
     call.params.iu2[1] = u32_of(row_groups)?;
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;
+    if let Mode::Glu(second, act) = mode {
+        params.iu2[3] = u32_of(second.offset)?;
+        params.off2[3] = act;
+    }
     call.record(batch, core, "mul_mat_id_q8", MATVEC_Q8_ID, params, groups)?;
     Ok(true)
 }

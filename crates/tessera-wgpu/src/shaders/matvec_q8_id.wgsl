@@ -11,11 +11,15 @@
 // the expert outputs weighted and summed as a layer's MUL and chain of
 // ADDs compute them, dst[i, t] = ((y0 w0 + y1 w1) + y2 w2) + ..., y_e =
 // the product of slot e, w_e its weight (src3 [1, used, t]): workgroup g
-// takes those rows of token t = g / P.iu2.y, slot by slot.
+// takes those rows of token t = g / P.iu2.y, slot by slot. P.iu.w = 2
+// (fuse_moe.rs): a layer's gate and up products and their GLU, as P.iu.w
+// = 0 with a second product by the weights at byte P.iu2.w of src0 (same
+// strides): dst[i, e, t] = act(A x) * (B x), act = unary_fn(P.off2.w), as
+// glu.wgsl computes it.
 // Subgroups take rows as the matrix-vector kernel's do.
 // P.iu: x = byte of the columns' bytes (column c = e % ne11 + ne11 t, at
 // x + c k), y = byte of their (d, d * sum) pairs, z = ne11, w = the mode.
-// P.iu2: x = rows a workgroup, y = row groups. ids (I32, src2 [used, t])
+// P.iu2: x = rows a workgroup, y = row groups, w = B's weights (mode 2). ids (I32, src2 [used, t])
 // at P.off.w. The host prepends MQ_COLS = 1, matmul_common.wgsl,
 // mq_unit.wgsl and matvec_q8.wgsl.
 
@@ -33,6 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let rest = g / P.iu2.y;
     let used = P.ne_2.x;
     let summed = P.iu.w == 1u;
+    let glu = P.iu.w == 2u;
     // The slots this workgroup takes, and its token.
     var first = rest % used;
     var t = rest / used;
@@ -55,7 +60,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let c = e % P.iu.z + P.iu.z * t;
             let acc = mq_row(P.off.y + x * P.nb_0.z + row * P.nb_0.y, lane, lanes, c, 1u);
             let y = subgroupAdd(acc[0]);
-            if (summed) {
+            if (glu) {
+                let bcc = mq_row(P.iu2.w + x * P.nb_0.z + row * P.nb_0.y, lane, lanes, c, 1u);
+                out = unary_fn(P.off2.w, y) * subgroupAdd(bcc[0]);
+            } else if (summed) {
                 let p = y * s3_ld(P.off2.x + e * P.nb_3.y + t * P.nb_3.z);
                 out = select(out + p, p, e == 0u);
             } else {
