@@ -132,6 +132,16 @@ pub(crate) fn compute(
             }
         }
         if fused.is_empty()
+            && let Some(run) = fuse_moe::plan_weights(graph, &counts, id, end)
+        {
+            label(&mut batch, "+SUM_ROWS+CLAMP+DIV");
+            if fuse_moe::encode_weights(&mut batch, core, graph, placement, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused.extend(run.rest());
+            }
+        }
+        if fused.is_empty()
             && let Some(q8) = q8.as_mut()
             && let Some(run) = fuse_moe::plan_glu(core, graph, placement, &counts, id, end)
                 .map_err(|e| annotate(e, graph, id))?

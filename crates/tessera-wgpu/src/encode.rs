@@ -670,13 +670,23 @@ pub(crate) fn encode_node(
 /// Record a one-workgroup-per-row kernel over the rows of `a`. Every
 /// `rows.wgsl` call binds three sources (`a`, SOFT_MAX's mask and sinks,
 /// unused ones bound to a placeholder): the shader names all three.
-pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, mut call: Call, a: &Layout) -> Result<()> {
+pub(crate) fn rows(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Layout) -> Result<()> {
+    rows_of(batch, core, call, a.nrows())
+}
+
+/// Record `call` with `rows.wgsl`, `groups` workgroups (one per row).
+pub(crate) fn rows_of(
+    batch: &mut Batch<'_>,
+    core: &Core,
+    mut call: Call,
+    groups: usize,
+) -> Result<()> {
     // The kernel names five sources (s3: the sum that ADD + RMS_NORM + MUL
     // stores, s4: the scratch a fused norm quantizes into).
     call.pad_sources(5);
     let params = call.params;
     let body = ROWS[usize::from(crate::subgroups::on(core))];
-    call.record(batch, core, "rows", body, params, a.nrows())
+    call.record(batch, core, "rows", body, params, groups)
 }
 
 /// The call of ROPE of `a` at positions `pos` (frequency factors `ff`) into

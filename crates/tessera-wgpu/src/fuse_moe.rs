@@ -6,7 +6,11 @@
 //!   the weighted sum of the experts' outputs;
 //! - [`GluRun`]: the gate and up products of one input and ids, then the
 //!   split GLU of their results (as [`crate::glu_products`] for dense
-//!   layers).
+//!   layers);
+//! - [`WeightsRun`]: the routing weights, GET_ROWS of the experts'
+//!   probabilities, then SUM_ROWS, CLAMP and DIV (renormalised), as
+//!   `rows.wgsl`'s mode 10 (one workgroup a token, the sum reduced as
+//!   SUM_ROWS reduces it).
 //!
 //! Why: with 8 experts a token (Qwen3 30B-A3B) that is 9 dispatches a
 //! layer, each but the first reading and writing a few thousand values
@@ -18,8 +22,9 @@
 //! bits there).
 //!
 //! Together: a synthetic Qwen3 MoE (`synth qwen3moe … moe-1024`, 4
-//! experts a token, 4 layers) decodes with 74 dispatches a token instead
-//! of 94, the same greedy tokens (lavapipe).
+//! experts a token, 4 layers) decodes with 62 dispatches a token instead
+//! of 94, the same greedy tokens (lavapipe; each run's bits are the
+//! separate dispatches' there). All three follow `TESSERA_WGPU_FUSE_MOE`.
 //!
 //! [`Run`] is taken where: the device's kernels use subgroups; the MUL_MAT_ID is
 //! taken by the integer kernel ([`crate::matvec_q8_id::takes`]) and read
@@ -38,7 +43,7 @@ use tessera::{DType, Graph, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
 use crate::device::Core;
-use crate::encode::{operand, unary_code};
+use crate::encode::{Call, operand, rows_of, unary_code};
 use crate::fuse::{next_computing, overlap};
 use crate::matvec_q8::Compute;
 
@@ -339,6 +344,130 @@ pub(crate) fn encode_glu(
     let (b_root, _) = graph.memory_root(b_id)?;
     let mode = crate::matvec_q8_id::Mode::Glu(&wb, unary_code(op.activation()));
     crate::matvec_q8_id::encode(batch, core, q8, (b_id, b_root, &b), &out, (&wa, &ids, mode))
+}
+
+/// A layer's routing weights renormalised (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WeightsRun {
+    gather: TensorId,
+    sum: TensorId,
+    clamp: TensorId,
+    div: TensorId,
+}
+
+impl WeightsRun {
+    /// The nodes after the first that this run records (to skip).
+    pub(crate) fn rest(&self) -> [TensorId; 3] {
+        [self.sum, self.clamp, self.div]
+    }
+}
+
+/// The run that starts at GET_ROWS node `id`, if one does: F32
+/// probabilities `[1, experts, tokens]` gathered by I32 ids `[used,
+/// tokens]`, the result read only through one view `w` of it as `[used,
+/// tokens]`; the next nodes computing anything SUM_ROWS of `w`, CLAMP of
+/// that sum and DIV of `w` by it, each intermediate read only there and
+/// not an output; the DIV's result contiguous F32 `[used, tokens]`.
+pub(crate) fn plan_weights(
+    graph: &Graph,
+    counts: &[u32],
+    id: TensorId,
+    end: usize,
+) -> Option<WeightsRun> {
+    if !switch_on(crate::fuse::enabled) {
+        return None;
+    }
+    let node = graph.node(id).ok()?;
+    let (Op::GetRows, Some(p), Some(ids)) = (node.op, node.src(0), node.src(1)) else {
+        return None;
+    };
+    let (lp, li, lg) = (graph.layout(p).ok()?, graph.layout(ids).ok()?, node.layout);
+    let (used, tokens) = (li.ne[0], li.ne[1]);
+    let once = |t: TensorId, reads: u32| {
+        counts.get(t.index()) == Some(&reads)
+            && graph
+                .node(t)
+                .is_ok_and(|n| !n.flags.contains(tessera::Flags::OUTPUT) && n.view_src.is_none())
+    };
+    let gathered = lp.dtype == DType::F32
+        && lp.ne[0] == 1
+        && lp.ne[2] == tokens
+        && lp.ne[3] == 1
+        && li.dtype == DType::I32
+        && li.ne[2] == 1
+        && lg.dtype == DType::F32
+        && lg.ne == [1, used, tokens, 1]
+        && lg.is_contiguous()
+        && once(id, 1);
+    if !gathered {
+        return None;
+    }
+    let sum = TensorId::from_index(next_computing(graph, id, end)? as u32);
+    let sn = graph.node(sum).ok()?;
+    let (Op::SumRows, Some(w)) = (sn.op, sn.src(0)) else {
+        return None;
+    };
+    let wn = graph.node(w).ok()?;
+    let viewed = wn.op.is_view()
+        && wn.view_src == Some(id)
+        && wn.view_offs == 0
+        && wn.layout.ne == [used, tokens, 1, 1]
+        && wn.layout.is_contiguous()
+        && counts.get(w.index()) == Some(&2)
+        && once(sum, 1);
+    let clamp = TensorId::from_index(next_computing(graph, sum, end)? as u32);
+    let cn = graph.node(clamp).ok()?;
+    let div = TensorId::from_index(next_computing(graph, clamp, end)? as u32);
+    let dn = graph.node(div).ok()?;
+    let fits = viewed
+        && matches!(cn.op, Op::Clamp { .. })
+        && cn.src(0) == Some(sum)
+        && once(clamp, 1)
+        && dn.op == Op::Div
+        && (dn.src(0), dn.src(1)) == (Some(w), Some(clamp))
+        && dn.view_src.is_none()
+        && dn.layout.dtype == DType::F32
+        && dn.layout.ne == [used, tokens, 1, 1]
+        && dn.layout.is_contiguous();
+    fits.then_some(WeightsRun {
+        gather: id,
+        sum,
+        clamp,
+        div,
+    })
+}
+
+/// Record `run` as one dispatch; `false` (nothing recorded) where an
+/// operand has no memory or the result would overlap what the dispatch
+/// reads (each token's workgroup reads its probabilities and ids while
+/// others write).
+pub(crate) fn encode_weights(
+    batch: &mut Batch<'_>,
+    core: &Arc<Core>,
+    graph: &Graph,
+    placement: &Placement,
+    run: &WeightsRun,
+) -> Result<bool> {
+    let node = graph.node(run.gather)?;
+    let Op::Clamp { min, max } = graph.node(run.clamp)?.op else {
+        return Ok(false);
+    };
+    let (Some(p), Some(ids)) = (node.src(0), node.src(1)) else {
+        return Ok(false);
+    };
+    let get = |t| operand(core, graph, placement, t);
+    let (Some(p), Some(ids), Some(out)) = (get(p)?, get(ids)?, get(run.div)?) else {
+        return Ok(false);
+    };
+    if overlap(&out, &p)? || overlap(&out, &ids)? {
+        return Ok(false);
+    }
+    let tokens = out.layout.ne[1];
+    let mut call = Call::new(&out, &[Some(&p), Some(&ids)])?;
+    call.params.iu[0] = 10;
+    call.params.fp = [min, max, 0.0, 0.0];
+    rows_of(batch, core, call, tokens)?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -244,3 +244,61 @@ fn gate_and_up_experts_join_their_glu() {
     );
     assert_eq!(got, want);
 }
+
+/// The routing tail of `moe_ffn`: `probs` [experts, tokens] -> ARGSORT
+/// (descending), the first `used` of each token's order as ids, the
+/// probabilities gathered by them, renormalised by their sum (SUM_ROWS,
+/// CLAMP, DIV). Returns the graph, `probs` and the weights.
+fn routing(experts: usize, (used, tokens): (usize, usize)) -> (Graph, TensorId, TensorId) {
+    let mut g = Graph::new();
+    let probs = g.input("probs", DType::F32, &[experts, tokens]).unwrap();
+    g.set_output(probs).unwrap();
+    let order = g.argsort(probs, tessera::SortOrder::Desc).unwrap();
+    let selected = g.view_2d(order, used, tokens, experts * 4, 0).unwrap();
+    let probs3 = g.reshape(probs, &[1, experts, tokens]).unwrap();
+    let weights = g.get_rows(probs3, selected).unwrap();
+    let w2 = g.reshape(weights, &[used, tokens]).unwrap();
+    let sum = g.sum_rows(w2).unwrap();
+    let sum = g.clamp(sum, 6.103_515_6e-5, f32::INFINITY).unwrap();
+    let out = g.div(w2, sum).unwrap();
+    g.set_output(out).unwrap();
+    (g, probs, out)
+}
+
+/// The routing weights (GET_ROWS, SUM_ROWS, CLAMP, DIV) as one dispatch:
+/// 32 and 128 experts, 4 and 8 used, 1 and 3 tokens (one token's
+/// probabilities all tiny, so CLAMP bounds its sum): ARGSORT and one
+/// dispatch against five, the same bits.
+#[test]
+fn the_routing_weights_are_one_dispatch() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    for (experts, used, tokens) in [(32, 4, 1), (128, 8, 3), (32, 8, 3)] {
+        let (g, probs, out) = routing(experts, (used, tokens));
+        let mut values = crate::test_values(67);
+        let ps: Vec<f32> = (0..experts * tokens)
+            .map(|i| {
+                let v = 0.5 + 0.5 * values.next().unwrap();
+                if i / experts == 1 {
+                    v * 1e-7
+                } else {
+                    v / experts as f32
+                }
+            })
+            .collect();
+        let mut runs = Vec::new();
+        for fused in [false, true] {
+            let stream = dev.new_wgpu_stream().unwrap();
+            let (pl, _galloc) = crate::test_placement(&dev, &g);
+            pl.tensor(&g, probs).unwrap().write_f32(&ps).unwrap();
+            super::force(Some(fused));
+            let dispatches = crate::test_compute_counted(&stream, &g, &pl);
+            super::force(None);
+            runs.push((crate::test_bits(&g, &pl, &[out]).remove(0), dispatches));
+        }
+        let what = format!("{experts} experts, {used} used, {tokens} tokens");
+        assert_eq!((runs[0].1, runs[1].1), (5, 2), "{what}: dispatches");
+        assert_eq!(runs[1].0, runs[0].0, "{what}: bits");
+    }
+}

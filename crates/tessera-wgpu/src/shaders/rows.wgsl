@@ -11,6 +11,12 @@
 // dispatch: the workgroups after the first tensor's rows take a second's,
 // its input at byte off.w of src0 (extents ne_2, strides nb_2), its
 // weights at byte off2.x of src1, its result at byte iu.y of d.
+// 10 (fuse_moe.rs's routing weights: one workgroup per token t = the
+// row): a MoE layer's expert weights as GET_ROWS, SUM_ROWS, CLAMP and DIV
+// compute them, w / clamp(sum of w), w[e] = src0[0, ids[e, t], t] (the
+// router's probabilities, [1, experts, tokens]; ids: src1, I32 [used,
+// tokens], clamped into range as GET_ROWS clamps them), CLAMP's bounds
+// fp.x, fp.y; dst [used, tokens].
 // Modes 6, 7 and 8 with iu2.z = 1 (a contiguous destination, rows of at most
 // 256 RV = 4096 values) also quantize each row they write for the integer
 // products, as quant_act.wgsl would, into s4 (the stream's scratch): by
@@ -174,6 +180,13 @@ fn norm_in_registers(l: u32, row: u32, n: u32, mode: u32, i: vec3<u32>, x_row: u
     }
 }
 
+// Mode 10's w[e] of token t: the probability of the expert ids[e, t].
+fn routed(e: u32, t: u32) -> f32 {
+    let id = s1_ldi(P.off.z + e * P.nb_1.x + t * P.nb_1.y);
+    let x = u32(clamp(id, 0, i32(max(P.ne_0.y, 1u)) - 1));
+    return s0_ld(P.off.y + x * P.nb_0.y + t * P.nb_0.z);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lidv: vec3<u32>, lanes: Lanes) {
@@ -205,6 +218,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let x_at = at.x + j1 * nb.y + j2 * nb.z + j3 * nb.w;
         norm_in_registers(l, r, n, 6u, vec3<u32>(0u), x_at, at.z + r * 4u * n,
             vec3<u32>(at.y, n, 4u));
+        return;
+    }
+    if (mode == 10u) {
+        if (row >= P.ne_d.y) {
+            return;
+        }
+        let used = P.ne_d.x;
+        var s = 0.0;
+        for (var i = l; i < used; i = i + 256u) {
+            s = s + routed(i, row);
+        }
+        s = reduce_sum(l, s);
+        // CLAMP as unary.wgsl computes it, then DIV as binary.wgsl.
+        let c = select(P.fp.y, s, s < P.fp.y);
+        let bound = select(P.fp.x, c, c > P.fp.x);
+        for (var i = l; i < used; i = i + 256u) {
+            d_st(P.off.x + i * P.nb_d.x + row * P.nb_d.y, routed(i, row) / bound);
+        }
         return;
     }
     if (row >= nrows) {
