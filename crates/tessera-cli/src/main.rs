@@ -91,7 +91,7 @@ enum BenchWhat {
     /// The machine's limits: read bandwidth and f32 FMA peak, 1 thread and all threads.
     Machine,
     /// A GGUF model's prompt and generation speed (llama-bench style; `--llama-bench BIN` to compare live).
-    Model(bench::model::ModelBenchArgs),
+    Model(Box<bench::model::ModelBenchArgs>),
     /// Measure this machine's fastest MUL_MAT kernels per weight type (`--save` keeps them).
     Tune(bench::tune::TuneArgs),
 }

@@ -34,6 +34,11 @@ pub struct ModelBenchArgs {
     /// llama.cpp's llama-bench binary, to measure live and interleaved.
     #[arg(long)]
     pub llama_bench: Option<PathBuf>,
+    /// An argument more for llama-bench (repeatable), e.g.
+    /// `--llama-bench-arg=--repack --llama-bench-arg=0` (the AVX-512 build
+    /// of llama.cpp 0.3.36's tree crashes in its repacked MoE products).
+    #[arg(long = "llama-bench-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub llama_bench_args: Vec<String>,
     /// After the tests, time every node of this many decoding steps and
     /// print where a step's time goes, op by op (CPU streams).
     #[arg(long, value_name = "TOKENS", num_args = 0..=1, default_missing_value = "32")]
@@ -85,7 +90,7 @@ fn tg(session: &mut Session, n: usize, seed: u64) -> Result<f64> {
 /// One llama-bench repetition: tokens/s (`ngl`: layers llama.cpp offloads
 /// to its GPU; 0 when Tessera runs on the CPU alone).
 fn llama_bench(
-    bin: &PathBuf,
+    (bin, extra): (&PathBuf, &[String]),
     model: &PathBuf,
     p: usize,
     n: usize,
@@ -108,6 +113,7 @@ fn llama_bench(
             &ngl.to_string(),
         ])
         .args(["-o", "json"])
+        .args(extra)
         .output()
         .map_err(|e| Error::NotFound(format!("running {}: {e}", bin.display())))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -204,6 +210,7 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
             ours.push(run_once(&mut session, r as u64 + 1)?);
             if let Some(bin) = &args.llama_bench {
                 let (p, g) = if kind == "pp" { (n, 0) } else { (0, n) };
+                let bin = (bin, args.llama_bench_args.as_slice());
                 theirs.push(llama_bench(bin, &path, p, g, threads, ngl)?);
             }
         }
