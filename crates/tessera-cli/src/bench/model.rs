@@ -37,7 +37,11 @@ pub struct ModelBenchArgs {
     /// An argument more for llama-bench (repeatable), e.g.
     /// `--llama-bench-arg=--repack --llama-bench-arg=0` (the AVX-512 build
     /// of llama.cpp 0.3.36's tree crashes in its repacked MoE products).
-    #[arg(long = "llama-bench-arg", value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(
+        long = "llama-bench-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
     pub llama_bench_args: Vec<String>,
     /// After the tests, time every node of this many decoding steps and
     /// print where a step's time goes, op by op (CPU streams).

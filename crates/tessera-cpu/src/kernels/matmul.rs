@@ -46,6 +46,7 @@ use super::{NodeCtx, TensorRef};
 use crate::isa::Isa;
 
 pub mod id;
+mod id_gemm;
 
 /// Bytes at the start of the scratch holding the shared chunk counter (a
 /// cache line, so the converted activations do not share it).

@@ -306,7 +306,7 @@ pub fn scratch_size(
         }
         (Op::MulMat, Some(a), Some(b), _) => matmul::mul_mat_scratch_size(a, b, nth, isa),
         (Op::MulMatId, Some(a), Some(b), Some(ids)) => {
-            matmul::id::mul_mat_id_scratch_size(a, b, ids)
+            matmul::id::mul_mat_id_scratch_size(a, b, ids, nth, isa)
         }
         (Op::FlashAttnExt { .. }, Some(q), Some(k), Some(v)) => {
             attention::flash_attn_scratch_size(q, k, v, nth)

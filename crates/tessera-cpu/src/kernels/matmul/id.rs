@@ -13,7 +13,9 @@
 //!    to [`BLOCK_N`] of the columns routed to that expert) handed out by the
 //!    shared counter, and each unit is one [`Plan::tile`] call: the weight
 //!    rows of an expert are read once for all the tokens routed to it (a
-//!    many-column product at prefill, a GEMV at decode).
+//!    GEMV at decode);
+//! 3. experts with as many columns as the packed GEMM takes (a prompt's)
+//!    take it instead, one after the other ([`super::id_gemm`]).
 
 use std::sync::atomic::Ordering;
 
@@ -55,23 +57,46 @@ fn map_words(a: &Layout, ids: &Layout) -> Option<usize> {
 }
 
 /// Scratch of the whole node: [`scratch_bytes`] (counter and converted `b`)
-/// rounded to 64, then the expert map; `None` on overflow.
-fn id_scratch_parts(a: &Layout, b: &Layout, ids: &Layout) -> Option<(usize, usize)> {
+/// rounded to 64, then the expert map, then (at a multiple of 64) the
+/// experts' GEMM area where an expert could take it
+/// ([`super::id_gemm::scratch_parts`]): (head, start of the GEMM area,
+/// total); `None` on overflow.
+fn id_scratch_parts(
+    a: &Layout,
+    b: &Layout,
+    ids: &Layout,
+    nth: usize,
+    isa: crate::isa::Isa,
+) -> Option<(usize, usize, usize)> {
     let mut one = *a;
     one.ne[2] = 1;
     let head = scratch_bytes(&one, b)?.checked_add(63)? / 64 * 64;
     let map = map_words(a, ids)?.checked_mul(size_of::<usize>())?;
-    Some((head, head.checked_add(map)?))
+    let area = head.checked_add(map)?.checked_add(63)? / 64 * 64;
+    let gemm = if super::id_gemm::takes(a, (b.ne[2], b.ne[2]), isa) {
+        let (acts, outs, g) = super::id_gemm::scratch_parts(a, b, nth)?;
+        acts.checked_add(outs)?.checked_add(g)?
+    } else {
+        0
+    };
+    Some((head, area, area.checked_add(gemm)?))
 }
 
 /// Can the CPU compute MUL_MAT_ID for these operands?
 pub fn mul_mat_id_supported(a: &Layout, b: &Layout, ids: &Layout) -> bool {
-    id_check(a, b, ids).is_ok() && id_scratch_parts(a, b, ids).is_some()
+    id_check(a, b, ids).is_ok() && id_scratch_parts(a, b, ids, 1, crate::isa::Isa::Scalar).is_some()
 }
 
-/// Scratch bytes of a MUL_MAT_ID node (`usize::MAX` on overflow).
-pub fn mul_mat_id_scratch_size(a: &Layout, b: &Layout, ids: &Layout) -> usize {
-    id_scratch_parts(a, b, ids).map_or(usize::MAX, |(_, total)| total)
+/// Scratch bytes of a MUL_MAT_ID node on `nth` threads running `isa`'s
+/// kernels (`usize::MAX` on overflow).
+pub fn mul_mat_id_scratch_size(
+    a: &Layout,
+    b: &Layout,
+    ids: &Layout,
+    nth: usize,
+    isa: crate::isa::Isa,
+) -> usize {
+    id_scratch_parts(a, b, ids, nth, isa).map_or(usize::MAX, |(_, _, total)| total)
 }
 
 /// Output rows per unit: 64 when an expert has one column (GEMV), else 16.
@@ -103,7 +128,7 @@ pub fn mul_mat_id(ctx: &NodeCtx) -> Result<()> {
     converted?;
     checked?;
     map.multiply_share(&plan, ctx);
-    Ok(())
+    map.multiply_gemm(&plan, ctx)
 }
 
 /// The expert map in the scratch.
@@ -114,6 +139,12 @@ struct Map {
     /// the entries (`slot + token * n_used`).
     words: *mut usize,
     rows: usize,
+    /// The weights' layout and the stream's kernels (which experts take
+    /// the GEMM: [`super::id_gemm::takes`]).
+    a: Layout,
+    isa: crate::isa::Isa,
+    /// The experts' GEMM area of the scratch.
+    area: super::super::Scratch,
 }
 
 impl Map {
@@ -192,11 +223,33 @@ impl Map {
         for e in 0..self.n_as {
             pre[e] = total;
             let cols = off[e + 1] - off[e];
-            if cols > 0 {
+            if cols > 0 && !self.gemm(cols) {
                 total += self.rows.div_ceil(unit_rows(cols)) * cols.div_ceil(BLOCK_N);
             }
         }
         pre[self.n_as] = total;
+    }
+
+    /// Whether an expert of `cols` columns takes the GEMM (phase 3).
+    fn gemm(&self, cols: usize) -> bool {
+        super::id_gemm::takes(&self.a, (cols, self.ids.ne(1)), self.isa)
+    }
+
+    /// Phase 3: the experts that take the GEMM, by every thread.
+    fn multiply_gemm(&self, plan: &Plan, ctx: &NodeCtx) -> Result<()> {
+        let n_used = self.ids.ne(0);
+        // SAFETY: written by thread 0 before the barrier, read-only since.
+        let (off, ent) = unsafe {
+            (
+                std::slice::from_raw_parts(self.offsets(), self.n_as + 1),
+                std::slice::from_raw_parts(self.entries(), n_used * self.ids.ne(1)),
+            )
+        };
+        let experts: Vec<&[usize]> = (0..self.n_as).map(|e| &ent[off[e]..off[e + 1]]).collect();
+        if !experts.iter().any(|c| self.gemm(c.len())) {
+            return Ok(());
+        }
+        super::id_gemm::multiply(ctx, (plan.a, plan.b, plan.dst), &experts, self.area)
     }
 
     /// Phase 2: units until none are left.
@@ -281,7 +334,7 @@ fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
             format!("dst {ld} must be contiguous f32 {want:?}"),
         ));
     }
-    let (head, total) = id_scratch_parts(&la, &lb, &li)
+    let (head, area, total) = id_scratch_parts(&la, &lb, &li, ctx.nth, ctx.isa)
         .ok_or_else(|| Error::Overflow(format!("MUL_MAT_ID scratch for b {lb}")))?;
     let s = ctx.scratch;
     if s.len < total || s.ptr.is_null() || !(s.ptr as usize).is_multiple_of(64) {
@@ -301,6 +354,13 @@ fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
             // multiple of 64 from a 64-aligned pointer, so usize-aligned.
             words: unsafe { s.ptr.add(head) }.cast::<usize>(),
             rows: la.ne[1],
+            a: la,
+            isa: ctx.isa,
+            area: super::super::Scratch {
+                // SAFETY: area <= total <= s.len (checked above).
+                ptr: unsafe { s.ptr.add(area) },
+                len: total - area,
+            },
         },
     ))
 }

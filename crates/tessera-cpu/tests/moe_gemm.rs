@@ -1,0 +1,101 @@
+//! MUL_MAT_ID whose experts have many tokens (a prompt's) through the
+//! packed GEMM (`kernels/matmul/id_gemm.rs`), end to end on a CPU stream:
+//! experts with many columns take the GEMM (from 8 columns here), one with
+//! few the tile kernels, one none; activations per slot and broadcast;
+//! against an f64 product of the dequantized weights, on 1 to 3 threads.
+//! Tolerances (NMSE) as `tests/gemm.rs`'s.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cpu_util;
+
+use cpu_util::{Rng, place};
+use tessera::{DType, Graph, quant};
+
+fn tolerance(t: DType) -> f64 {
+    match t {
+        DType::F32 => 1e-10,
+        DType::F16 => 1e-6,
+        _ => 5e-4,
+    }
+}
+
+fn nmse(got: &[f64], want: &[f64]) -> f64 {
+    let err: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    err / norm.max(f64::MIN_POSITIVE)
+}
+
+/// `as [k, m, experts]` of type `t` by `b [k, ne11, tokens]` with 2 slots
+/// a token: slot 0 of every token to expert 0 (all `tokens` columns),
+/// slot 1 to experts 1..=3 in turn but every 16th token to expert 4 (a
+/// few columns: the tile kernels); expert 5 gets none.
+fn check(t: DType, k: usize, m: usize, ne11: usize, tokens: usize) {
+    let (experts, used) = (6, 2);
+    let mut rng = Rng::new((k * 13 + m * 5 + tokens) as u64);
+    let mut g = Graph::new();
+    let a = g.new_tensor(t, &[k, m, experts]).unwrap();
+    let b = g.new_tensor(DType::F32, &[k, ne11, tokens]).unwrap();
+    let ids = g.new_tensor(DType::I32, &[used, tokens]).unwrap();
+    let out = g.mul_mat_id(a, b, ids).unwrap();
+    let r = place(g);
+    let row_bytes = t.row_size(k).unwrap();
+    let mut a_bytes = vec![0u8; experts * m * row_bytes];
+    let mut a_vals = Vec::with_capacity(experts * m * k);
+    for row in a_bytes.chunks_mut(row_bytes) {
+        let v: Vec<f32> = rng.vec(k, -1.0, 1.0).iter().map(|&x| x as f32).collect();
+        quant::from_f32(t, &v, row).unwrap();
+        let mut d = vec![0f32; k];
+        quant::to_f32(t, row, &mut d).unwrap();
+        a_vals.extend(d.into_iter().map(f64::from));
+    }
+    r.set_raw(a, &a_bytes);
+    let b_vals: Vec<f64> = rng
+        .vec(k * ne11 * tokens, -1.0, 1.0)
+        .iter()
+        .map(|&x| f64::from(x as f32))
+        .collect();
+    r.set(b, &b_vals);
+    let id: Vec<usize> = (0..tokens)
+        .flat_map(|tok| [0, if tok % 16 == 5 { 4 } else { 1 + tok % 3 }])
+        .collect();
+    r.set(ids, &id.iter().map(|&e| e as f64).collect::<Vec<_>>());
+    let mut want = Vec::with_capacity(m * used * tokens);
+    for tok in 0..tokens {
+        for slot in 0..used {
+            let e = id[tok * used + slot];
+            let col = &b_vals[(tok * ne11 + slot % ne11) * k..][..k];
+            for i in 0..m {
+                let row = &a_vals[(e * m + i) * k..][..k];
+                want.push(row.iter().zip(col).map(|(x, y)| x * y).sum::<f64>());
+            }
+        }
+    }
+    for threads in 1..=3 {
+        r.compute(threads).unwrap();
+        let e = nmse(&r.get(out), &want);
+        assert!(
+            e <= tolerance(t),
+            "{t} k={k} m={m} ne11={ne11} tokens={tokens} threads={threads}: NMSE {e:e}"
+        );
+    }
+}
+
+#[test]
+fn experts_with_many_tokens_take_the_gemm() {
+    // Every test here sets the same value (one test): from 8 columns.
+    tessera_cpu::tuning::set_gemm_min_cols(Some(8));
+    for t in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4XS,
+    ] {
+        let k = if t.block_size() == 256 { 512 } else { 320 };
+        check(t, k, 37, 1, 48);
+        check(t, k, 70, 2, 33);
+    }
+}
