@@ -49,6 +49,16 @@ use crate::matvec_q8::Compute;
 
 env_switch!("TESSERA_WGPU_FUSE_MOE");
 
+/// Whether node `t` is read `reads` times (`counts`: the graph's use
+/// counts), is not an output and writes its own memory (no view of
+/// another's): what a fused dispatch may leave unstored.
+fn read_only_by(graph: &Graph, counts: &[u32], t: TensorId, reads: u32) -> bool {
+    counts.get(t.index()) == Some(&reads)
+        && graph
+            .node(t)
+            .is_ok_and(|n| !n.flags.contains(tessera::Flags::OUTPUT) && n.view_src.is_none())
+}
+
 /// Most slots (experts a token) a run takes.
 const MAX_USED: usize = 16;
 
@@ -93,12 +103,7 @@ pub(crate) fn plan(
     let ld = node.layout;
     let (la, lb) = (graph.layout(a).ok()?, graph.layout(b).ok()?);
     let (used, tokens) = (ld.ne[1], ld.ne[2]);
-    let only_read_there = |t: TensorId, reads: u32| {
-        counts.get(t.index()) == Some(&reads)
-            && graph
-                .node(t)
-                .is_ok_and(|n| !n.flags.contains(tessera::Flags::OUTPUT) && n.view_src.is_none())
-    };
+    let only_read_there = |t: TensorId, reads: u32| read_only_by(graph, counts, t, reads);
     let fits = crate::matvec_q8_id::takes(&la, &lb)
         && (2..=MAX_USED).contains(&used)
         && ld.dtype == DType::F32
@@ -260,9 +265,7 @@ pub(crate) fn plan_glu(
             return Ok(None);
         };
         let ok = crate::matvec_q8_id::takes(&graph.layout(a)?, &graph.layout(b)?)
-            && counts.get(t.index()) == Some(&1)
-            && !n.flags.contains(tessera::Flags::OUTPUT)
-            && n.view_src.is_none();
+            && read_only_by(graph, counts, t, 1);
         Ok(ok.then_some([a, b, ids]))
     };
     let Some([a1, b1, ids1]) = taken(id)? else {
@@ -383,12 +386,7 @@ pub(crate) fn plan_weights(
     };
     let (lp, li, lg) = (graph.layout(p).ok()?, graph.layout(ids).ok()?, node.layout);
     let (used, tokens) = (li.ne[0], li.ne[1]);
-    let once = |t: TensorId, reads: u32| {
-        counts.get(t.index()) == Some(&reads)
-            && graph
-                .node(t)
-                .is_ok_and(|n| !n.flags.contains(tessera::Flags::OUTPUT) && n.view_src.is_none())
-    };
+    let once = |t: TensorId, reads: u32| read_only_by(graph, counts, t, reads);
     let gathered = lp.dtype == DType::F32
         && lp.ne[0] == 1
         && lp.ne[2] == tokens
