@@ -134,6 +134,8 @@ pub(crate) fn plan(
         graph.node(v).is_ok_and(|n| {
             n.op.is_view()
                 && n.view_src == Some(mul)
+                && n.src(0) == Some(mul)
+                && !n.flags.contains(tessera::Flags::OUTPUT)
                 && n.view_offs == s * lm.nb[1]
                 && n.layout.ne == [ld.ne[0], tokens, 1, 1]
                 && n.layout.nb[0] == 4
@@ -408,6 +410,8 @@ pub(crate) fn plan_weights(
     let wn = graph.node(w).ok()?;
     let viewed = wn.op.is_view()
         && wn.view_src == Some(id)
+        && wn.src(0) == Some(id)
+        && !wn.flags.contains(tessera::Flags::OUTPUT)
         && wn.view_offs == 0
         && wn.layout.ne == [used, tokens, 1, 1]
         && wn.layout.is_contiguous()

@@ -25,7 +25,9 @@
 // Row stride of the staged units, in vectors of 4 halves: 32 values and 8
 // of padding (80 bytes: every matrix starts at a multiple of 16 bytes).
 // The cooperative loads take their offsets and strides in these vectors
-// (SPIR-V counts both in elements of the pointer's type).
+// (SPIR-V counts both in elements of the pointer's type). Every matrix
+// starts a multiple of 16 bytes into its array, and each array's size is
+// a multiple of 16 bytes (sa is declared first).
 const LDV: u32 = 10u;
 // [row * LDV + kk / 4]: the A matrices, row-major.
 var<workgroup> sa: array<vec4<f16>, BT * LDV>;

@@ -120,15 +120,47 @@ pub fn mul_mat_id(ctx: &NodeCtx) -> Result<()> {
         && checked.is_ok()
     {
         p.counter.store(ctx.nth, Ordering::Relaxed);
+        failure_flag(ctx).store(0, Ordering::Relaxed);
         m.group();
     }
-    // Every thread waits exactly once, whatever happened above.
+    // Every thread waits exactly once here, whatever happened above.
     ctx.barrier.wait();
+    // Same on every thread (the node's layouts, every id).
     let (plan, map) = prep?;
-    converted?;
     checked?;
+    // A conversion may fail on one thread only (its share): the threads
+    // agree (a second barrier) before any of them reaches phase 3's.
+    if converted.is_err() {
+        failure_flag(ctx).store(1, Ordering::Relaxed);
+    }
+    ctx.barrier.wait();
+    let failed = failure_flag(ctx).load(Ordering::Relaxed) != 0;
+    converted?;
+    if failed {
+        return Err(Error::op(
+            "MUL_MAT_ID",
+            "another thread could not convert its share of the activations",
+        ));
+    }
     map.multiply_share(&plan, ctx);
     map.multiply_gemm(&plan, ctx)
+}
+
+/// The second word of the scratch's counter bytes: set by a thread whose
+/// share of the conversion failed, read by all after a barrier. Only once
+/// [`prepare`] has succeeded (it checked the scratch).
+fn failure_flag<'c>(ctx: &'c NodeCtx<'_>) -> &'c std::sync::atomic::AtomicUsize {
+    const _: () = assert!(COUNTER_BYTES >= 2 * size_of::<usize>());
+    // SAFETY: `prepare` checked the scratch: non-null, 64-byte aligned, at
+    // least COUNTER_BYTES (64) long, its first bytes the counter's; word 1
+    // is used only here, atomically, by the node's threads.
+    unsafe {
+        &*ctx
+            .scratch
+            .ptr
+            .add(size_of::<usize>())
+            .cast::<std::sync::atomic::AtomicUsize>()
+    }
 }
 
 /// The expert map in the scratch.
