@@ -283,45 +283,47 @@ fn source(shape: Shape, side: u32, wg: u32) -> Option<&'static str> {
 
 /// Record the product `dst = a^T b` whose `call` [`crate::matvec_q8`] set
 /// up (as for [`crate::matmul_q8::record`]) with `kernel`, from
-/// [`kernel`]; `false` (nothing recorded) where the device refuses to
-/// compile the kernel (an experimental feature: a driver may fail where
+/// [`kernel`]; the call back (nothing recorded) where the device refuses
+/// to compile the kernel (an experimental feature: a driver may fail where
 /// no test ran), which also sends the device's later products to the
 /// integer tiles, with one line on stderr.
 pub(crate) fn record(
     batch: &mut Batch<'_>,
     core: &Core,
-    call: &Call,
+    call: Call,
     (body, shape): (&'static str, Shape),
     (a, dst): (&Operand, &Operand),
-) -> Result<bool> {
+) -> Result<Option<Call>> {
     let key = KernelKey {
         name: "mul_mat_coop",
         body,
         bindings: call.bindings.clone(),
     };
-    if let Err(e) = core.pipelines.kernel(&core.device, &core.errors, &key) {
-        if !core.coop_refused.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "tessera-wgpu: {}: the cooperative-matrix kernel did not compile ({e}); \
-                 the integer kernels take its products",
-                core.name
-            );
+    let compiled = match core.pipelines.kernel(&core.device, &core.errors, &key) {
+        Ok(k) => k,
+        Err(e) => {
+            if !core.coop_refused.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "tessera-wgpu: {}: the cooperative-matrix kernel did not compile ({e}); \
+                     the integer kernels take its products",
+                    core.name
+                );
+            }
+            return Ok(Some(call));
         }
-        return Ok(false);
-    }
+    };
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
     let tile = shape.tile as usize;
     let groups = m
         .div_ceil(tile)
         .checked_mul(n.div_ceil(tile))
         .ok_or_else(|| tessera::Error::Overflow("MUL_MAT workgroups".into()))?;
-    let call = call.clone();
     let mut params = call.params.items(groups)?;
     params.off2[2] = 0;
     #[cfg(test)]
     tests::RECORDED.with(|r| r.set(r.get() + 1));
-    call.record(batch, core, "mul_mat_coop", body, params, groups)?;
-    Ok(true)
+    batch.dispatch(compiled, call.buffers, params, groups)?;
+    Ok(None)
 }
 
 #[cfg(test)]

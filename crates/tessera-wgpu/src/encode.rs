@@ -219,7 +219,6 @@ pub(crate) fn operand(
 }
 
 /// A dispatch being assembled: bindings, buffers and parameter block.
-#[derive(Clone)]
 pub(crate) struct Call {
     pub(crate) bindings: Vec<Binding>,
     pub(crate) buffers: Vec<wgpu::Buffer>,

@@ -85,11 +85,13 @@ pub(crate) fn record(
     call: Call,
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
-    if let Some(kernel) = crate::coopmat::kernel(core)
-        && crate::coopmat::record(batch, core, &call, kernel, (a, dst))?
-    {
-        return Ok(());
-    }
+    let call = match crate::coopmat::kernel(core) {
+        Some(kernel) => match crate::coopmat::record(batch, core, call, kernel, (a, dst))? {
+            Some(refused) => refused,
+            None => return Ok(()),
+        },
+        None => call,
+    };
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
     let (body, tile) = MATMUL_Q8[usize::from(big_tiles())];
     let groups = m
