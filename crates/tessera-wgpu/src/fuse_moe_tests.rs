@@ -268,12 +268,19 @@ fn routing(experts: usize, (used, tokens): (usize, usize)) -> (Graph, TensorId, 
 /// The routing weights (GET_ROWS, SUM_ROWS, CLAMP, DIV) as one dispatch:
 /// 32 and 128 experts, 4 and 8 used, 1 and 3 tokens (one token's
 /// probabilities all tiny, so CLAMP bounds its sum): ARGSORT and one
-/// dispatch against five, the same bits.
+/// dispatch against five, the same bits; with the sums reduced by trees
+/// and by subgroups (as SUM_ROWS reduces them on the device).
 #[test]
 fn the_routing_weights_are_one_dispatch() {
     let Some(dev) = crate::test_device() else {
         return;
     };
+    for shape in crate::test_reduction_shapes(&dev) {
+        crate::with_reduction_shape(shape, || routing_weights(&dev));
+    }
+}
+
+fn routing_weights(dev: &crate::WgpuDevice) {
     for (experts, used, tokens) in [(32, 4, 1), (128, 8, 3), (32, 8, 3)] {
         let (g, probs, out) = routing(experts, (used, tokens));
         let mut values = crate::test_values(67);
@@ -290,7 +297,7 @@ fn the_routing_weights_are_one_dispatch() {
         let mut runs = Vec::new();
         for fused in [false, true] {
             let stream = dev.new_wgpu_stream().unwrap();
-            let (pl, _galloc) = crate::test_placement(&dev, &g);
+            let (pl, _galloc) = crate::test_placement(dev, &g);
             pl.tensor(&g, probs).unwrap().write_f32(&ps).unwrap();
             super::force(Some(fused));
             let dispatches = crate::test_compute_counted(&stream, &g, &pl);
