@@ -94,15 +94,15 @@ pub(crate) fn request(
     limits: wgpu::Limits,
 ) -> std::result::Result<(wgpu::Device, wgpu::Queue), wgpu::RequestDeviceError> {
     let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        // wgpu's contract for experimental features is that they are used
+        // correctly; for cooperative matrices that means loads and stores in
+        // bounds, which wgpu does not check. The only shader using them is
+        // `shaders/matmul_coop.wgsl`, which loads and stores workgroup
+        // arrays of fixed size only, and `source` makes it only for tile
+        // shapes and matrix sides whose every load and store `in_bounds`
+        // has checked, position by position, lies inside those arrays.
         #[allow(unsafe_code)]
-        // SAFETY: wgpu's contract for experimental features is that they are
-        // used correctly; for cooperative matrices that means loads and
-        // stores in bounds, which wgpu does not check. The only shader using
-        // them is `shaders/matmul_coop.wgsl`, which loads and stores
-        // workgroup arrays of fixed size only, and `source` makes it only
-        // for tile shapes and matrix sides whose every load and store
-        // `in_bounds` has checked, position by position, lies inside
-        // those arrays.
+        // SAFETY: every cooperative load and store in bounds (above).
         unsafe {
             wgpu::ExperimentalFeatures::enabled()
         }
