@@ -269,6 +269,10 @@ impl Map {
 
     /// Phase 3: the experts that take the GEMM, by every thread.
     fn multiply_gemm(&self, plan: &Plan, ctx: &NodeCtx) -> Result<()> {
+        // No GEMM area: no expert could take it (decoding's one token).
+        if self.area.len == 0 {
+            return Ok(());
+        }
         let n_used = self.ids.ne(0);
         // SAFETY: written by thread 0 before the barrier, read-only since.
         let (off, ent) = unsafe {
@@ -277,10 +281,10 @@ impl Map {
                 std::slice::from_raw_parts(self.entries(), n_used * self.ids.ne(1)),
             )
         };
-        let experts: Vec<&[usize]> = (0..self.n_as).map(|e| &ent[off[e]..off[e + 1]]).collect();
-        if !experts.iter().any(|c| self.gemm(c.len())) {
+        if !off.windows(2).any(|w| self.gemm(w[1] - w[0])) {
             return Ok(());
         }
+        let experts: Vec<&[usize]> = off.windows(2).map(|w| &ent[w[0]..w[1]]).collect();
         super::id_gemm::multiply(ctx, (plan.a, plan.b, plan.dst), &experts, self.area)
     }
 
