@@ -13,8 +13,9 @@
 #     --ngl 18 leaves the output on the CPU) and Gemma's joined norms
 #     (TESSERA_WGPU_FUSE_SANDWICH=0, TESSERA_WGPU_FUSE_PAIR=0 off), decoding;
 #   - a mixture-of-experts model's expert products by the integer kernel
-#     (TESSERA_WGPU_MOE_Q8=0 off: one invocation per output), decoding and
-#     prompts of a synthetic Qwen3 MoE file;
+#     (TESSERA_WGPU_MOE_Q8=0 off: one invocation per output), its prompts'
+#     by tiles of each expert's tokens (TESSERA_WGPU_MOE_TILES=0 off),
+#     decoding and prompts of a synthetic Qwen3 MoE file;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
 #     FLASH_ATTN_EXT at 4,096 keys;
 #   - cooperative matrices for prompts (TESSERA_WGPU_COOPMAT=0 off: the
@@ -164,19 +165,20 @@ done
 fi
 
 if in_part 1; then
-say "mixture of experts (synthetic Qwen3 MoE, 32 experts of 256 x 1,024, 4 used): integer expert products with the weighted sum joined (default) / sum apart (TESSERA_WGPU_FUSE_MOE=0) / matmul_id.wgsl (TESSERA_WGPU_MOE_Q8=0); interleaved; then greedy md5s, default and sum apart (same bits)"
+say "mixture of experts (synthetic Qwen3 MoE, 32 experts of 256 x 1,024, 4 used): integer expert products with the weighted sum joined and prompts by each expert's tiles (default) / prompts by the matrix-vector kernel (TESSERA_WGPU_MOE_TILES=0) / sum apart (TESSERA_WGPU_FUSE_MOE=0) / matmul_id.wgsl (TESSERA_WGPU_MOE_Q8=0); interleaved; then greedy md5s after a 217-token prompt, default, sum apart and no tiles (same tokens)"
 for round in 1 2; do
-    for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0 TESSERA_WGPU_MOE_Q8=0; do
+    for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_MOE_TILES=0 TESSERA_WGPU_FUSE_MOE=0 TESSERA_WGPU_MOE_Q8=0; do
         echo "-- round $round $opts" >>"$LOG"
         # shellcheck disable=SC2086 # one assignment
         (export $opts; step 45 "$T" bench model -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
             -p "$PP" -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
     done
 done
-for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0; do
+LONG=$(for _ in $(seq 12); do printf 'The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. '; done)
+for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0 TESSERA_WGPU_MOE_TILES=0; do
     fits 60 || break
     echo "[$opts] $(env $opts timeout -k 5 60 "$T" run -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
-        --temp 0 -n 24 -p "The quick brown fox" 2>/dev/null | md5sum)" | tee -a "$LOG"
+        --temp 0 -n 24 -p "$LONG" 2>/dev/null | tail -c 400 | md5sum)" | tee -a "$LOG"
 done
 fi
 

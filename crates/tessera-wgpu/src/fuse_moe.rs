@@ -27,7 +27,8 @@
 //! separate dispatches' there). All three follow `TESSERA_WGPU_FUSE_MOE`.
 //!
 //! [`Run`] is taken where: the device's kernels use subgroups; the MUL_MAT_ID is
-//! taken by the integer kernel ([`crate::matvec_q8_id::takes`]) and read
+//! taken by the integer matrix-vector kernel ([`crate::matvec_q8_id::takes`],
+//! not prompts that take the tiled kernel, [`crate::matmul_q8_id`]) and read
 //! only by the MUL (not an output); the next nodes computing anything
 //! are that MUL (by F32 weights of one value per slot and token) and
 //! `used - 1` ADDs (2 to 16 slots), each adding the next slot's view (its
@@ -105,6 +106,7 @@ pub(crate) fn plan(
     let (used, tokens) = (ld.ne[1], ld.ne[2]);
     let only_read_there = |t: TensorId, reads: u32| read_only_by(graph, counts, t, reads);
     let fits = crate::matvec_q8_id::takes(&la, &lb)
+        && !crate::matmul_q8_id::takes(tokens, used, la.ne[2])
         && (2..=MAX_USED).contains(&used)
         && ld.dtype == DType::F32
         && ld.is_contiguous()
@@ -267,6 +269,11 @@ pub(crate) fn plan_glu(
             return Ok(None);
         };
         let ok = crate::matvec_q8_id::takes(&graph.layout(a)?, &graph.layout(b)?)
+            && !crate::matmul_q8_id::takes(
+                graph.layout(ids)?.ne[1],
+                graph.layout(ids)?.ne[0],
+                graph.layout(a)?.ne[2],
+            )
             && read_only_by(graph, counts, t, 1);
         Ok(ok.then_some([a, b, ids]))
     };

@@ -47,6 +47,7 @@ mod fuse_sandwich;
 mod fused_quant_tests;
 mod glu_products;
 mod matmul_q8;
+mod matmul_q8_id;
 mod matvec_q8;
 mod matvec_q8_id;
 mod matvec_rows;

@@ -39,6 +39,7 @@ macro_rules! matmul_q8 {
             "u;\n",
             include_str!("shaders/matmul_common.wgsl"),
             include_str!("shaders/mq_unit.wgsl"),
+            include_str!("shaders/matmul_q8_tile.wgsl"),
             include_str!("shaders/matmul_q8.wgsl")
         )
     };

@@ -16,8 +16,10 @@
 //! Devices with subgroup operations (the others keep `matmul_id.wgsl`);
 //! `TESSERA_WGPU_MOE_Q8=0` is off, for measuring. Each output column reads
 //! its expert's rows by itself: right for decoding (a token's experts are
-//! distinct); a prompt's tokens that share an expert read its rows once
-//! each (grouping them by expert, as llama.cpp does, is not done yet).
+//! distinct). Products of many tokens (prompts) take the tiled
+//! kernel instead ([`crate::matmul_q8_id`]): each expert's
+//! tokens gathered, its rows read once a tile of 64 of them, as llama.cpp
+//! groups them.
 
 use tessera::{DType, Layout, Result, TensorId};
 
@@ -84,7 +86,9 @@ pub(crate) fn encode(
     dst: &Operand,
     (a, ids, mode): (&Operand, &Operand, Mode<'_>),
 ) -> Result<bool> {
-    if !crate::subgroups::on(core) {
+    let tiled = matches!(mode, Mode::Products)
+        && crate::matmul_q8_id::takes(ids.layout.ne[1], ids.layout.ne[0], a.layout.ne[2]);
+    if !(tiled || crate::subgroups::on(core)) {
         return Ok(false);
     }
     let flat = Operand {
@@ -102,6 +106,11 @@ pub(crate) fn encode(
     };
     let mut call = Call::new(dst, &[Some(a), Some(&scratch), Some(ids), weights])?;
     call.bindings[2] = call.bindings[2].as_vec4();
+    if tiled {
+        call.params.iu = [u32_of(base)?, u32_of(pairs)?, u32_of(b.layout.ne[1])?, 0];
+        crate::matmul_q8_id::record(batch, core, call, a)?;
+        return Ok(true);
+    }
     let rows = crate::subgroups::rows_per_group(core, 128) as usize;
     let row_groups = a.layout.ne[1].div_ceil(rows);
     // Workgroups: a row group of each (slot, token), or of each token.

@@ -20,6 +20,24 @@ fn check(
     (used, ne11, tokens): (usize, usize, usize),
     rnd: &mut impl FnMut() -> f32,
 ) {
+    let mut id: Vec<i32> = (0..used * tokens)
+        .map(|_| ((rnd() + 1.0) * 0.5 * experts as f32) as i32 % experts as i32)
+        .collect();
+    id[0] = experts as i32 + 5;
+    let last = id.len() - 1;
+    id[last] = -1;
+    check_ids(dev, wt, (k, m, experts), (used, ne11, tokens), &id, rnd);
+}
+
+/// [`check`] with these ids (`used` x `tokens`).
+fn check_ids(
+    dev: &crate::WgpuDevice,
+    wt: DType,
+    (k, m, experts): (usize, usize, usize),
+    (used, ne11, tokens): (usize, usize, usize),
+    id: &[i32],
+    rnd: &mut impl FnMut() -> f32,
+) {
     let stream = dev.new_wgpu_stream().unwrap();
     let mut g = Graph::new();
     let a = g.input("a", wt, &[k, m, experts]).unwrap();
@@ -32,18 +50,18 @@ fn check(
     pl.tensor(&g, a).unwrap().write(0, &q).unwrap();
     let xs: Vec<f32> = (0..k * ne11 * tokens).map(|_| rnd()).collect();
     pl.tensor(&g, b).unwrap().write_f32(&xs).unwrap();
-    let mut id: Vec<i32> = (0..used * tokens)
-        .map(|_| ((rnd() + 1.0) * 0.5 * experts as f32) as i32 % experts as i32)
-        .collect();
-    id[0] = experts as i32 + 5;
-    let last = id.len() - 1;
-    id[last] = -1;
     let bytes: Vec<u8> = id.iter().flat_map(|v| v.to_le_bytes()).collect();
     pl.tensor(&g, ids).unwrap().write(0, &bytes).unwrap();
     let before = crate::batch::counts::now().0;
+    let tiled = crate::matmul_q8_id::RECORDED.with(|c| c.get());
     stream.compute(&g, &pl).unwrap();
     let dispatches = crate::batch::counts::now().0 - before;
     assert_eq!(dispatches, 2, "{wt}: one quantization, one product");
+    assert_eq!(
+        crate::matmul_q8_id::RECORDED.with(|c| c.get()) - tiled,
+        u64::from(crate::matmul_q8_id::takes(tokens, used, experts)),
+        "{wt}, {tokens} tokens: by the tiled kernel where it takes them"
+    );
     let got = pl.tensor(&g, y).unwrap().read_f32().unwrap();
     for t in 0..tokens {
         for e in 0..used {
@@ -83,6 +101,52 @@ fn expert_products_are_within_float_rounding_of_the_quantized_product() {
         }
     }
     crate::subgroups::force_rows(None);
+    crate::matvec_q8::force(None);
+    super::force(None);
+}
+
+/// Prompts (more than 8 tokens) by the tiled kernel, which gathers each
+/// expert's tokens: every weight type, gate/up-like and down-like, an
+/// expert picked by every token (70 pairs: two tiles of columns), one
+/// by every other, one by no token, one only through an out-of-range id
+/// (clamped), a token that picks one expert twice, rows ending mid-tile.
+#[test]
+fn prompt_products_gather_each_experts_tokens() {
+    let Some(dev) = crate::test_device() else {
+        return;
+    };
+    super::force(Some(true));
+    crate::matvec_q8::force(Some(true));
+    crate::matmul_q8::force(Some(true));
+    crate::matmul_q8_id::force(Some(true));
+    let mut values = crate::test_values(59);
+    let mut rnd = move || values.next().unwrap();
+    let (used, tokens, experts) = (3, 70, 7);
+    assert!(crate::matmul_q8_id::takes(tokens, used, experts));
+    assert!(!crate::matmul_q8_id::takes(8, 16, 1), "8 tokens");
+    assert!(!crate::matmul_q8_id::takes(64, 4, 32), "8 pairs an expert");
+    // Slot 0: expert 0; slot 1: experts 1 and 2 in turn; slot 2: expert
+    // 3 or 4; expert 5: none; expert 6: only id 99 (token 0, slot 1).
+    let mut id: Vec<i32> = (0..tokens as i32)
+        .flat_map(|t| [0, 1 + t % 2, 3 + i32::from(t % 3 == 0)])
+        .collect();
+    id[1] = 99;
+    let last = id.len() - 1;
+    id[last] = -4;
+    for wt in crate::matvec_q8::TYPES {
+        let k = if wt.block_size() == 32 { 288 } else { 256 };
+        check_ids(&dev, wt, (k, 70, experts), (used, 1, tokens), &id, &mut rnd);
+        check_ids(
+            &dev,
+            wt,
+            (k, 37, experts),
+            (used, used, tokens),
+            &id,
+            &mut rnd,
+        );
+    }
+    crate::matmul_q8_id::force(None);
+    crate::matmul_q8::force(None);
     crate::matvec_q8::force(None);
     super::force(None);
 }
