@@ -17,10 +17,29 @@ pub const BACKENDS: wgpu::Backends = wgpu::Backends::VULKAN
     .union(wgpu::Backends::METAL)
     .union(wgpu::Backends::DX12);
 
-/// A wgpu instance over [`BACKENDS`].
+/// Whether the adapters are wgpu's noop backend's (built with the `noop`
+/// feature and run with `TESSERA_WGPU_NOOP=1`): a device that records,
+/// validates and submits everything but runs nothing, for measuring the
+/// host's share of a compute without a GPU (its results are garbage).
+fn noop() -> bool {
+    cfg!(feature = "noop") && std::env::var("TESSERA_WGPU_NOOP").is_ok_and(|v| v.trim() == "1")
+}
+
+/// A wgpu instance over [`BACKENDS`] (or the noop backend: [`noop`]).
 pub(crate) fn instance() -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     desc.backends = BACKENDS;
+    #[cfg(feature = "noop")]
+    if noop() {
+        // As a discrete GPU with subgroups of 32 (NVIDIA's) and every
+        // feature but none of the cooperative matrices.
+        desc.backends = wgpu::Backends::NOOP;
+        let mut options = wgpu::NoopBackendOptions::enabled();
+        options.device_type = Some(wgpu::DeviceType::DiscreteGpu);
+        options.subgroup_min_size = Some(32);
+        options.subgroup_max_size = Some(32);
+        desc.backend_options.noop = options;
+    }
     // Validation layers are not wanted in production; wgpu-core still
     // validates every call, which is what the error capture relies on.
     desc.flags = wgpu::InstanceFlags::empty();
@@ -30,6 +49,9 @@ pub(crate) fn instance() -> wgpu::Instance {
 /// Every adapter of [`BACKENDS`], in wgpu's order (GL filtered out again, in
 /// case a dependency enabled it).
 pub(crate) fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    if noop() {
+        return pollster::block_on(instance.enumerate_adapters(wgpu::Backends::NOOP));
+    }
     pollster::block_on(instance.enumerate_adapters(BACKENDS))
         .into_iter()
         .filter(|a| {

@@ -62,6 +62,8 @@ pub(crate) struct Core {
     /// Set when the device refused to compile the cooperative-matrix
     /// kernel: its products go back to the integer tiles.
     pub coop_refused: std::sync::atomic::AtomicBool,
+    /// Staging buffers kept for the next reads.
+    pub staging: crate::staging::StagingPool,
 }
 
 impl Core {
@@ -199,6 +201,7 @@ impl WgpuDevice {
             largest_subgroup,
             coop_side,
             coop_refused: Default::default(),
+            staging: Default::default(),
         });
         Ok(Arc::new_cyclic(|me: &Weak<WgpuDevice>| {
             let as_dyn: Weak<dyn Device> = me.clone();

@@ -181,6 +181,43 @@ pub(crate) fn fill(
     Ok(())
 }
 
+/// Mappable staging buffers kept for the next reads (a decoding step reads
+/// its logits every token: creating and destroying a mappable buffer each
+/// time is a device allocation each time). Sizes are powers of two from
+/// 4 KiB; at most [`StagingPool::KEEP`] buffers of each size and
+/// [`StagingPool::MAX_BYTES`] in all are kept.
+#[derive(Debug, Default)]
+pub(crate) struct StagingPool {
+    free: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl StagingPool {
+    const KEEP: usize = 2;
+    const MAX_BYTES: u64 = 64 << 20;
+
+    /// The size a read of `bytes` stages in.
+    fn class(bytes: usize) -> usize {
+        bytes.max(4096).next_power_of_two()
+    }
+
+    /// A kept buffer of size class `size`, if any.
+    fn take(&self, size: usize) -> Option<wgpu::Buffer> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let i = free.iter().position(|b| b.size() == size as u64)?;
+        Some(free.swap_remove(i))
+    }
+
+    /// Keep `buffer` (unmapped) for a later read, if there is room.
+    fn give(&self, buffer: wgpu::Buffer) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let same = free.iter().filter(|b| b.size() == buffer.size()).count();
+        let total: u64 = free.iter().map(wgpu::Buffer::size).sum();
+        if same < Self::KEEP && total + buffer.size() <= Self::MAX_BYTES {
+            free.push(buffer);
+        }
+    }
+}
+
 /// Bytes of a read that become available once its submission completes.
 pub(crate) struct PendingBytes {
     core: Arc<Core>,
@@ -189,6 +226,8 @@ pub(crate) struct PendingBytes {
     mapped: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>>,
     skip: usize,
     len: usize,
+    /// Bytes of the staging buffer mapped (it may be larger).
+    mapped_len: usize,
 }
 
 impl PendingBytes {
@@ -214,9 +253,11 @@ impl PendingBytes {
             }
         }
         {
-            let view = staging.get_mapped_range(..).map_err(|e| {
-                Error::device(&self.core.name, format!("reading a staging buffer: {e}"))
-            })?;
+            let view = staging
+                .get_mapped_range(..self.mapped_len as u64)
+                .map_err(|e| {
+                    Error::device(&self.core.name, format!("reading a staging buffer: {e}"))
+                })?;
             let src = view.get(self.skip..self.skip + self.len).ok_or_else(|| {
                 Error::device(&self.core.name, "staging buffer shorter than the read")
             })?;
@@ -225,6 +266,7 @@ impl PendingBytes {
                 .copy_from_slice(src);
         }
         staging.unmap();
+        self.core.staging.give(staging.clone());
         Ok(())
     }
 
@@ -273,24 +315,31 @@ pub(crate) fn read_async(
             mapped,
             skip: 0,
             len: 0,
+            mapped_len: 0,
         });
     };
-    let staging = core.scoped("reading a buffer", hi - lo, || {
-        core.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tessera-staging"),
-            size: (hi - lo) as u64,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        })
-    })?;
+    let size = StagingPool::class(hi - lo);
+    let staging = match core.staging.take(size) {
+        Some(b) => b,
+        None => core.scoped("reading a buffer", size, || {
+            core.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tessera-staging"),
+                size: size as u64,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })?,
+    };
     let mut batch = Batch::new(core);
     batch.copy(buf, lo, &staging, 0, hi - lo);
     let index = batch.submit("reading a buffer")?;
     let slot = mapped.clone();
     core.scoped("mapping a staging buffer", 0, || {
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-        })
+        staging
+            .slice(..(hi - lo) as u64)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            })
     })?;
     Ok(PendingBytes {
         core: core.clone(),
@@ -299,5 +348,6 @@ pub(crate) fn read_async(
         mapped,
         skip: offset - lo,
         len,
+        mapped_len: hi - lo,
     })
 }

@@ -227,3 +227,36 @@ fn device_props_are_honest() {
     }
     eprintln!("{}: {} ({:?})", props.name, props.description, props.memory);
 }
+
+/// Reads go through staging buffers the device keeps for the next reads:
+/// reads of one size class from different buffers, offsets and lengths,
+/// each after a write, return exactly the bytes written, never a
+/// previous read's.
+#[test]
+fn kept_staging_buffers_return_only_the_bytes_read() {
+    let Some(dev) = common::device("kept_staging_buffers_return_only_the_bytes_read") else {
+        return;
+    };
+    let (na, nb) = (6000, 5003);
+    let a = dev.buffer_type().alloc_buffer(na).unwrap();
+    let b = dev.buffer_type().alloc_buffer(nb).unwrap();
+    for round in 0..3u8 {
+        let (pa, pb) = (pattern(na, 11 + round), pattern(nb, 101 + round));
+        a.write(0, &pa).unwrap();
+        b.write(0, &pb).unwrap();
+        for (buf, mirror, off, len) in [
+            (&a, &pa, 0, 5000),
+            (&b, &pb, 101, 4099),
+            (&a, &pa, 3, 7),
+            (&b, &pb, 0, nb),
+            (&a, &pa, 4097, 1900),
+        ] {
+            let mut out = vec![0xAAu8; len];
+            buf.read(off, &mut out).unwrap();
+            assert!(
+                out == mirror[off..off + len],
+                "round {round}: {len} bytes at {off}"
+            );
+        }
+    }
+}
