@@ -84,9 +84,9 @@ if [ -d "$G/llama" ]; then
 fi
 
 if [ "${QUICK:-0}" = 1 ]; then
-    PP=64 TG=8 REPS=1 NGL="--ngl 16" SECS=0.2
+    PP=64 TG=8 REPS=1 NGL="--ngl 16" SECS=0.2 DEPTH=256
 else
-    PP=512 TG=128 REPS=3 NGL="" SECS=1
+    PP=512 TG=128 REPS=3 NGL="" SECS=1 DEPTH=4096
 fi
 VS_OPS=()
 VS_MODEL=()
@@ -225,6 +225,15 @@ for round in 1 2; do
         TESSERA_WGPU_FA_SPLIT=$split step 60 "$T" bench ops --device wgpu0 \
             --op "FLASH_ATTN_EXT(hsk=128" --seconds "$SECS" "${VS_OPS[@]}"
     done
+done
+fi
+
+if in_part 2; then
+say "a long context: decoding after 4,096 tokens (tg32 @ d4096), split attention / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0), each beside llama.cpp"
+for split in 1 0; do
+    echo "-- TESSERA_WGPU_FA_SPLIT=$split" >>"$LOG"
+    TESSERA_WGPU_FA_SPLIT=$split step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
+        -p 0 -n 32 -d "$DEPTH" -r 2 "${VS_MODEL[@]}"
 done
 fi
 

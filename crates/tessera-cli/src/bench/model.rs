@@ -1,7 +1,9 @@
 //! `tessera bench model`: prompt processing (ppN) and token generation
 //! (tgN) speed of a GGUF model, as llama.cpp's `llama-bench` measures them:
 //! pp evaluates N random tokens from an empty cache in batches, tg evaluates
-//! N tokens one at a time from an empty cache; each repetition is timed,
+//! N tokens one at a time from an empty cache (with `-d D`, both after D
+//! tokens already in the cache, untimed: "pp512 @ d4096", as llama-bench's
+//! `-d`, for long contexts); each repetition is timed,
 //! mean and standard deviation of tokens/s are printed. With
 //! `--llama-bench BIN`, llama-bench runs on the same file with the same
 //! threads, one repetition of it after each of Tessera's (interleaved, so
@@ -28,6 +30,10 @@ pub struct ModelBenchArgs {
     /// Generated tokens (tg test; 0: skip).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens already in the cache when each test starts (its prompt,
+    /// evaluated untimed first: long-context speed, as llama-bench's `-d`).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub depth: usize,
     /// Repetitions.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub reps: usize,
@@ -73,16 +79,26 @@ pub(super) fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn pp(session: &mut Session, n: usize, seed: u64) -> Result<f64> {
+/// Empty the cache, then fill it with `depth` tokens (untimed).
+fn prefill(session: &mut Session, depth: usize, seed: u64) -> Result<()> {
     session.clear();
+    if depth > 0 {
+        let t = tokens(depth, session.model().n_vocab(), seed ^ 0x5eed);
+        session.decode(&t)?;
+    }
+    Ok(())
+}
+
+fn pp(session: &mut Session, (n, depth): (usize, usize), seed: u64) -> Result<f64> {
+    prefill(session, depth, seed)?;
     let t = tokens(n, session.model().n_vocab(), seed);
     let start = Instant::now();
     session.decode(&t)?;
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-fn tg(session: &mut Session, n: usize, seed: u64) -> Result<f64> {
-    session.clear();
+fn tg(session: &mut Session, (n, depth): (usize, usize), seed: u64) -> Result<f64> {
+    prefill(session, depth, seed)?;
     let t = tokens(n, session.model().n_vocab(), seed);
     let start = Instant::now();
     for &tok in &t {
@@ -96,8 +112,7 @@ fn tg(session: &mut Session, n: usize, seed: u64) -> Result<f64> {
 fn llama_bench(
     (bin, extra): (&PathBuf, &[String]),
     model: &PathBuf,
-    p: usize,
-    n: usize,
+    (p, n, depth): (usize, usize, usize),
     threads: usize,
     ngl: usize,
 ) -> Result<f64> {
@@ -115,6 +130,8 @@ fn llama_bench(
             &threads.to_string(),
             "-ngl",
             &ngl.to_string(),
+            "-d",
+            &depth.to_string(),
         ])
         .args(["-o", "json"])
         .args(extra)
@@ -152,6 +169,7 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
         .max(args.n_gen)
         .max(args.profile.unwrap_or(0))
         .max(args.profile_prompt.unwrap_or(0))
+        .saturating_add(args.depth)
         .max(1);
     let options = SessionOptions {
         n_ctx,
@@ -202,9 +220,9 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
     for (kind, n) in tests {
         let run_once = |s: &mut Session, seed| {
             if kind == "pp" {
-                pp(s, n, seed)
+                pp(s, (n, args.depth), seed)
             } else {
-                tg(s, n, seed)
+                tg(s, (n, args.depth), seed)
             }
         };
         run_once(&mut session, 0)?; // warm-up
@@ -215,12 +233,16 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
             if let Some(bin) = &args.llama_bench {
                 let (p, g) = if kind == "pp" { (n, 0) } else { (0, n) };
                 let bin = (bin, args.llama_bench_args.as_slice());
-                theirs.push(llama_bench(bin, &path, p, g, threads, ngl)?);
+                theirs.push(llama_bench(bin, &path, (p, g, args.depth), threads, ngl)?);
             }
         }
         let (m, sd) = mean_sd(&ours);
+        let at = match args.depth {
+            0 => String::new(),
+            d => format!(" @ d{d}"),
+        };
         print!(
-            "| {name} | {:.1} MiB | {} | {threads} | {kind}{n} | {m:.2} ± {sd:.2} |",
+            "| {name} | {:.1} MiB | {} | {threads} | {kind}{n}{at} | {m:.2} ± {sd:.2} |",
             size as f64 / (1 << 20) as f64,
             devices.join("+")
         );
