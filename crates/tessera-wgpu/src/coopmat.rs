@@ -8,9 +8,12 @@
 //! there, and its prompts ran 4x ours on an NVIDIA H200 with the integer
 //! tiles of [`crate::matmul_q8`]. Where the adapter has wgpu's
 //! `EXPERIMENTAL_COOPERATIVE_MATRIX` with f16 matrices of 16 x 16 (or 8 x
-//! 8) summed in f32, `shaders/matmul_coop.wgsl` takes those products:
-//! weights decoded as for the integer kernels, activations as quantized
-//! for them, both staged as f16.
+//! 8) summed in f32, `shaders/matmul_coop.wgsl` takes those products,
+//! and `shaders/matmul_coop_id.wgsl` a prompt's expert products where
+//! [`crate::matmul_q8_id`] takes them (each expert's pairs gathered as
+//! for its integer tiles): weights decoded as for the integer kernels,
+//! activations as quantized for them, both staged as f16, both kernels by
+//! the tile of `shaders/matmul_coop_tile.wgsl`.
 //!
 //! **On by default where a GPU has it** (`TESSERA_WGPU_COOPMAT=0` opens
 //! the device without it, for measuring; a software adapter, which
@@ -22,9 +25,9 @@
 //! wgpu marks the feature experimental: a device with it is opened with
 //! `ExperimentalFeatures::enabled()`, whose contract is that the shaders'
 //! cooperative loads and stores stay in bounds (wgpu does not check them).
-//! Tessera's only shader with them loads and stores workgroup arrays only,
-//! at offsets [`in_bounds`] checks for every tile position before the
-//! source is made.
+//! Tessera's only code with them (the tile both kernels share) loads and
+//! stores workgroup arrays only, at offsets [`in_bounds`] checks for every
+//! tile position before the source is made.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -96,8 +99,9 @@ pub(crate) fn request(
     let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
         // wgpu's contract for experimental features is that they are used
         // correctly; for cooperative matrices that means loads and stores in
-        // bounds, which wgpu does not check. The only shader using them is
-        // `shaders/matmul_coop.wgsl`, which loads and stores workgroup
+        // bounds, which wgpu does not check. The only code using them is
+        // `shaders/matmul_coop_tile.wgsl` (in both cooperative kernels),
+        // which loads and stores workgroup
         // arrays of fixed size only, and `source` makes it only for tile
         // shapes and matrix sides whose every load and store `in_bounds`
         // has checked, position by position, lies inside those arrays.
@@ -154,10 +158,26 @@ const LDV: u32 = 10;
 
 impl Shape {
     /// Bytes of workgroup memory the kernel declares: two staged arrays
-    /// of f16, one result matrix per part and a scale per column, f32.
-    fn workgroup_bytes(self, side: u32) -> u32 {
-        2 * 8 * self.tile * LDV + 4 * self.parts * side * side + 4 * self.tile
+    /// of f16, one result matrix per part and a scale per column, f32;
+    /// for MUL_MAT_ID also the gathering's (`gather_ids.wgsl`: a pair per
+    /// column, a count per invocation of `wg`, the total).
+    fn workgroup_bytes(self, side: u32, kind: Kind, wg: u32) -> u32 {
+        let tile = 2 * 8 * self.tile * LDV + 4 * self.parts * side * side + 4 * self.tile;
+        match kind {
+            Kind::Products => tile,
+            Kind::Experts => tile + 4 * self.tile + 4 * wg + 4,
+        }
     }
+}
+
+/// What the kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// MUL_MAT (`shaders/matmul_coop.wgsl`).
+    Products,
+    /// MUL_MAT_ID, each expert's pairs gathered
+    /// (`shaders/matmul_coop_id.wgsl`, [`crate::matmul_q8_id`]).
+    Experts,
 }
 
 /// Whether every cooperative load and store of the kernel in `shape` with
@@ -200,13 +220,13 @@ fn in_bounds(shape: Shape, side: u32) -> bool {
     })
 }
 
-/// The kernel `core`'s many-column integer products take, and its shape:
-/// where it was opened with cooperative matrices (unless a test turned
-/// them off on this thread) and has a variant for them (the shape's parts
-/// as subgroups of its largest size in a workgroup it allows, with the
-/// workgroup memory it allows); the 64 tile where the 128 one does not
-/// fit.
-pub(crate) fn kernel(core: &Core) -> Option<(&'static str, Shape)> {
+/// The kernel `core`'s many-column integer products (of `kind`) take, and
+/// its shape: where it was opened with cooperative matrices (unless a test
+/// turned them off on this thread) and has a variant for them (the shape's
+/// parts as subgroups of its largest size in a workgroup it allows, with
+/// the workgroup memory it allows); the 64 tile where the 128 one does not
+/// fit, and always for MUL_MAT_ID.
+pub(crate) fn kernel(core: &Core, kind: Kind) -> Option<(&'static str, Shape)> {
     let (side, largest) = (core.coop_side?, core.largest_subgroup?);
     #[cfg(test)]
     let largest = tests::LARGEST.with(std::cell::Cell::get).unwrap_or(largest);
@@ -223,13 +243,14 @@ pub(crate) fn kernel(core: &Core) -> Option<(&'static str, Shape)> {
         let wg = shape.parts.checked_mul(largest)?;
         (wg <= core.limits.max_compute_invocations_per_workgroup
             && wg <= core.limits.max_compute_workgroup_size_x
-            && shape.workgroup_bytes(side) <= core.limits.max_compute_workgroup_storage_size)
+            && shape.workgroup_bytes(side, kind, wg)
+                <= core.limits.max_compute_workgroup_storage_size)
             .then_some(wg)
     };
     [BIG, SMALL]
         .into_iter()
-        .filter(|&shape| shape == SMALL || big_tiles())
-        .find_map(|shape| Some((source(shape, side, fits(shape)?)?, shape)))
+        .filter(|&shape| shape == SMALL || (big_tiles() && kind == Kind::Products))
+        .find_map(|shape| Some((source(shape, side, fits(shape)?, kind)?, shape)))
 }
 
 /// Whether the 128 x 128 tiles are taken (`TESSERA_WGPU_COOPMAT=big`, or
@@ -243,12 +264,12 @@ fn big_tiles() -> bool {
     *BIG_ENV.get_or_init(|| std::env::var("TESSERA_WGPU_COOPMAT").is_ok_and(|v| v.trim() == "big"))
 }
 
-/// The kernel's source in `shape` for matrices of `side` and workgroups
-/// of `wg` invocations: made once for each (a handful per process) and
-/// kept, as the pipeline cache keys kernels by their `'static` source;
-/// `None` where [`in_bounds`] does not hold.
-fn source(shape: Shape, side: u32, wg: u32) -> Option<&'static str> {
-    type Sources = HashMap<(Shape, u32, u32), &'static str>;
+/// The kernel's source of `kind` in `shape` for matrices of `side` and
+/// workgroups of `wg` invocations: made once for each (a handful per
+/// process) and kept, as the pipeline cache keys kernels by their
+/// `'static` source; `None` where [`in_bounds`] does not hold.
+fn source(shape: Shape, side: u32, wg: u32, kind: Kind) -> Option<&'static str> {
+    type Sources = HashMap<(Shape, u32, u32, Kind), &'static str>;
     static SOURCES: OnceLock<Mutex<Sources>> = OnceLock::new();
     if !in_bounds(shape, side) {
         return None;
@@ -257,8 +278,20 @@ fn source(shape: Shape, side: u32, wg: u32) -> Option<&'static str> {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    let made = sources.entry((shape, side, wg)).or_insert_with(|| {
-        let body = include_str!("shaders/matmul_coop.wgsl")
+    let made = sources.entry((shape, side, wg, kind)).or_insert_with(|| {
+        let (main, gather) = match kind {
+            Kind::Products => (include_str!("shaders/matmul_coop.wgsl"), String::new()),
+            Kind::Experts => (
+                include_str!("shaders/matmul_coop_id.wgsl"),
+                format!(
+                    "const GT: u32 = {wg}u;\nconst GMAX: u32 = {}u;\n{}",
+                    shape.tile,
+                    include_str!("shaders/gather_ids.wgsl")
+                ),
+            ),
+        };
+        let body = [include_str!("shaders/matmul_coop_tile.wgsl"), &gather, main]
+            .concat()
             .replace("coop_mat_CSxCS", &format!("coop_mat{side}x{side}"));
         let Shape {
             tile,
@@ -294,23 +327,8 @@ pub(crate) fn record(
     (body, shape): (&'static str, Shape),
     (a, dst): (&Operand, &Operand),
 ) -> Result<Option<Call>> {
-    let key = KernelKey {
-        name: "mul_mat_coop",
-        body,
-        bindings: call.bindings.clone(),
-    };
-    let compiled = match core.pipelines.kernel(&core.device, &core.errors, &key) {
-        Ok(k) => k,
-        Err(e) => {
-            if !core.coop_refused.swap(true, Ordering::Relaxed) {
-                eprintln!(
-                    "tessera-wgpu: {}: the cooperative-matrix kernel did not compile ({e}); \
-                     the integer kernels take its products",
-                    core.name
-                );
-            }
-            return Ok(Some(call));
-        }
+    let Some(compiled) = compiled(core, &call, "mul_mat_coop", body) else {
+        return Ok(Some(call));
     };
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
     let tile = shape.tile as usize;
@@ -324,6 +342,64 @@ pub(crate) fn record(
     tests::RECORDED.with(|r| r.set(r.get() + 1));
     batch.dispatch(compiled, call.buffers, params, groups)?;
     Ok(None)
+}
+
+/// Record MUL_MAT_ID whose `call` [`crate::matmul_q8_id`] set up (as for
+/// its integer kernel: `iu` = bytes, pairs, `ne11`) with `kernel`, from
+/// [`kernel`] of [`Kind::Experts`]: a workgroup for each tile of rows of
+/// each expert. The call back where the device refuses the kernel, as
+/// [`record`].
+pub(crate) fn record_experts(
+    batch: &mut Batch<'_>,
+    core: &Core,
+    call: Call,
+    (body, shape): (&'static str, Shape),
+    a: &Operand,
+) -> Result<Option<Call>> {
+    let Some(compiled) = compiled(core, &call, "mul_mat_id_coop", body) else {
+        return Ok(Some(call));
+    };
+    let row_tiles = a.layout.ne[1].div_ceil(shape.tile as usize);
+    let groups = row_tiles
+        .checked_mul(a.layout.ne[2])
+        .ok_or_else(|| tessera::Error::Overflow("MUL_MAT_ID workgroups".into()))?;
+    let mut params = call.params.items(groups)?;
+    params.off2[2] = 0;
+    params.iu[3] = 0;
+    params.iu2[1] = crate::q8_scratch::u32_of(row_tiles)?;
+    #[cfg(test)]
+    tests::RECORDED.with(|r| r.set(r.get() + 1));
+    batch.dispatch(compiled, call.buffers, params, groups)?;
+    Ok(None)
+}
+
+/// The compiled kernel `body` for `call`'s bindings; `None` where the
+/// device refuses it, which also sends the device's later products to the
+/// integer tiles, with one line on stderr.
+fn compiled(
+    core: &Core,
+    call: &Call,
+    name: &'static str,
+    body: &'static str,
+) -> Option<std::sync::Arc<crate::pipelines::Kernel>> {
+    let key = KernelKey {
+        name,
+        body,
+        bindings: call.bindings.clone(),
+    };
+    match core.pipelines.kernel(&core.device, &core.errors, &key) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            if !core.coop_refused.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "tessera-wgpu: {}: the cooperative-matrix kernel did not compile ({e}); \
+                     the integer kernels take its products",
+                    core.name
+                );
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,7 +50,16 @@ fn every_load_and_store_of_both_shapes_is_in_bounds() {
     }
     // The 128 tile's workgroup memory: 20 KiB staged, 8 KiB of results
     // (16 x 16), a scale per column.
-    assert_eq!(BIG.workgroup_bytes(16), 20480 + 8192 + 512);
+    assert_eq!(
+        BIG.workgroup_bytes(16, Kind::Products, 0),
+        20480 + 8192 + 512
+    );
+    // The 64 tile's for MUL_MAT_ID in workgroups of 128: 10 KiB staged,
+    // 4 KiB of results, a scale and a pair per column, a count per
+    // invocation, the total; within WebGPU's 16 KiB.
+    let id = SMALL.workgroup_bytes(16, Kind::Experts, 128);
+    assert_eq!(id, 10240 + 4096 + 256 + 256 + 512 + 4);
+    assert!(id <= 16384);
 }
 
 #[test]
@@ -148,6 +157,65 @@ fn check(
     }
 }
 
+/// A prompt's expert products (`crate::matmul_q8_id`'s gathering of each
+/// expert's pairs, [`crate::matvec_q8_id::tests::prompt_ids`]) on the
+/// kernel: every weight type, gate/up-like and down-like, rows ending
+/// mid-tile, both sides (as the test below), workgroups of 1x and 2x the
+/// subgroups; within f16 rounding, every product by the kernel.
+#[test]
+fn cooperative_expert_products_are_within_f16_rounding() {
+    let Some(dev) = coop_device() else {
+        return;
+    };
+    force(Some(true));
+    crate::matvec_q8::force(Some(true));
+    crate::matmul_q8::force(Some(true));
+    crate::matmul_q8_id::force(Some(true));
+    crate::matvec_q8_id::force(Some(true));
+    let mut values = crate::test_values(43);
+    let mut rnd = move || values.next().unwrap();
+    let largest = dev.core().largest_subgroup.unwrap();
+    let mut sides = vec![dev.core().coop_side.unwrap()];
+    if std::env::var("TESSERA_COOPMAT_UNREPORTED").is_ok_and(|v| v == "1") && sides[0] == 8 {
+        sides.push(16);
+    }
+    let ((used, tokens, experts), id) = crate::matvec_q8_id::tests::prompt_ids();
+    let rel = 2f64.powi(-10) + 1e-5;
+    for side in sides {
+        SIDE.with(|s| s.set(Some(side)));
+        for wide in [largest, 2 * largest] {
+            LARGEST.with(|l| l.set(Some(wide)));
+            for wt in crate::matvec_q8::TYPES {
+                let k = if wt.block_size() == 32 { 288 } else { 256 };
+                for (m, ne11) in [(70, 1), (37, used)] {
+                    let coop = RECORDED.with(|r| r.get());
+                    crate::matvec_q8_id::tests::check_ids(
+                        &dev,
+                        wt,
+                        (k, m, experts),
+                        (used, ne11, tokens),
+                        &id,
+                        &mut rnd,
+                        rel,
+                    );
+                    assert_eq!(
+                        RECORDED.with(|r| r.get()) - coop,
+                        1,
+                        "{wt} ({side} x {side}, subgroups of {wide}): by the kernel"
+                    );
+                }
+            }
+        }
+    }
+    SIDE.with(|s| s.set(None));
+    LARGEST.with(|l| l.set(None));
+    crate::matvec_q8_id::force(None);
+    crate::matmul_q8_id::force(None);
+    crate::matmul_q8::force(None);
+    crate::matvec_q8::force(None);
+    force(None);
+}
+
 /// Every weight type the integer kernels take, in shapes that end
 /// mid-tile (rows and columns), across several tiles both ways, with an
 /// odd count of units: within f16 rounding of the f64 product of the
@@ -180,7 +248,7 @@ fn cooperative_products_are_within_f16_rounding() {
             BIG_TILES.with(|b| b.set(Some(big)));
             for wide in [largest, 2 * largest] {
                 LARGEST.with(|l| l.set(Some(wide)));
-                let (_, shape) = kernel(dev.core()).unwrap();
+                let (_, shape) = kernel(dev.core(), super::Kind::Products).unwrap();
                 assert_eq!(shape, if big { BIG } else { SMALL });
                 let what =
                     format!(" ({side} x {side}, big tiles {big}, subgroups of {wide} at most)");
@@ -279,7 +347,7 @@ fn a_refused_kernel_leaves_the_products_to_the_integer_tiles() {
         let what = format!("refused, round {round}");
         crate::matvec_q8::tests::within_rounding(&deq, &xs, &got, (k, m, cols), &what);
     }
-    assert!(kernel(dev.core()).is_none());
+    assert!(kernel(dev.core(), super::Kind::Products).is_none());
     BROKEN.with(|b| b.set(false));
     crate::matmul_q8::force(None);
     crate::matvec_q8::force(None);

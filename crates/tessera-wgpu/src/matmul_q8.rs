@@ -86,7 +86,7 @@ pub(crate) fn record(
     call: Call,
     (a, dst): (&Operand, &Operand),
 ) -> Result<()> {
-    let call = match crate::coopmat::kernel(core) {
+    let call = match crate::coopmat::kernel(core, crate::coopmat::Kind::Products) {
         Some(kernel) => match crate::coopmat::record(batch, core, call, kernel, (a, dst))? {
             Some(refused) => refused,
             None => return Ok(()),

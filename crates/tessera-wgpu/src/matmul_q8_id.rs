@@ -33,10 +33,11 @@ use crate::q8_scratch::u32_of;
 
 /// The kernel: 64 x 64 tiles.
 const MATMUL_Q8_ID: &str = concat!(
-    "const QT: u32 = 64u;\nconst QR: u32 = 4u;\n",
+    "const QT: u32 = 64u;\nconst QR: u32 = 4u;\nconst GT: u32 = 256u;\nconst GMAX: u32 = 64u;\n",
     include_str!("shaders/matmul_common.wgsl"),
     include_str!("shaders/mq_unit.wgsl"),
     include_str!("shaders/matmul_q8_tile.wgsl"),
+    include_str!("shaders/gather_ids.wgsl"),
     include_str!("shaders/matmul_q8_id.wgsl")
 );
 
@@ -44,7 +45,7 @@ env_switch!("TESSERA_WGPU_MOE_TILES");
 
 #[cfg(test)]
 thread_local! {
-    /// Dispatches of the kernel on this thread.
+    /// Dispatches of the kernel on this thread (integer or cooperative).
     pub(crate) static RECORDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -64,8 +65,19 @@ pub(crate) fn takes(tokens: usize, used: usize, experts: usize) -> bool {
 /// Record `dst = MUL_MAT_ID(a, b, ids)` whose `call`
 /// [`crate::matvec_q8_id`] set up (destination, weights, the scratch as
 /// vectors, ids; `iu` = bytes, pairs, `ne11`): a workgroup for each 64
-/// rows of each expert.
+/// rows of each expert; on cooperative matrices where the device takes
+/// them for prompts ([`crate::coopmat`], the same gathering).
 pub(crate) fn record(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Operand) -> Result<()> {
+    use crate::coopmat::{Kind, kernel, record_experts};
+    #[cfg(test)]
+    RECORDED.with(|r| r.set(r.get() + 1));
+    let call = match kernel(core, Kind::Experts) {
+        Some(k) => match record_experts(batch, core, call, k, a)? {
+            Some(refused) => refused,
+            None => return Ok(()),
+        },
+        None => call,
+    };
     let (m, experts) = (a.layout.ne[1], a.layout.ne[2]);
     let row_tiles = m.div_ceil(64);
     let groups = row_tiles
@@ -75,8 +87,6 @@ pub(crate) fn record(batch: &mut Batch<'_>, core: &Core, call: Call, a: &Operand
     params.off2[2] = 0;
     params.iu[3] = 0;
     params.iu2[1] = u32_of(row_tiles)?;
-    #[cfg(test)]
-    RECORDED.with(|r| r.set(r.get() + 1));
     call.record(
         batch,
         core,

@@ -143,4 +143,4 @@ pub(crate) fn encode(
 
 #[cfg(test)]
 #[path = "matvec_q8_id_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 use tessera::{DType, Graph, Stream};
 
-use crate::matvec_q8::tests::{weights, within_rounding};
+use crate::matvec_q8::tests::{weights, within_rounding_by};
 
 /// One MUL_MAT_ID of `wt` weights (`k` x `m` x `experts`) by activations
 /// of `ne11` columns a token (1: every picked expert reads the token's
@@ -26,17 +26,27 @@ fn check(
     id[0] = experts as i32 + 5;
     let last = id.len() - 1;
     id[last] = -1;
-    check_ids(dev, wt, (k, m, experts), (used, ne11, tokens), &id, rnd);
+    check_ids(
+        dev,
+        wt,
+        (k, m, experts),
+        (used, ne11, tokens),
+        &id,
+        rnd,
+        1e-5,
+    );
 }
 
-/// [`check`] with these ids (`used` x `tokens`).
-fn check_ids(
+/// [`check`] with these ids (`used` x `tokens`), within `rel` of the
+/// products' magnitudes.
+pub(crate) fn check_ids(
     dev: &crate::WgpuDevice,
     wt: DType,
     (k, m, experts): (usize, usize, usize),
     (used, ne11, tokens): (usize, usize, usize),
     id: &[i32],
     rnd: &mut impl FnMut() -> f32,
+    rel: f64,
 ) {
     let stream = dev.new_wgpu_stream().unwrap();
     let mut g = Graph::new();
@@ -70,7 +80,7 @@ fn check_ids(
             let col = &got[(t * used + e) * m..][..m];
             let what = format!("{wt} token {t} slot {e} (expert {x})");
             let w = &deq[x * m * k..(x + 1) * m * k];
-            within_rounding(w, &xs[c * k..(c + 1) * k], col, (k, m, 1), &what);
+            within_rounding_by(w, &xs[c * k..(c + 1) * k], col, (k, m, 1), &what, rel);
         }
     }
 }
@@ -105,11 +115,25 @@ fn expert_products_are_within_float_rounding_of_the_quantized_product() {
     super::force(None);
 }
 
+/// A prompt's expert ids (`used` x `tokens` of `experts`): slot 0 picks
+/// expert 0 (70 pairs: two tiles of columns), slot 1 experts 1 and 2 in
+/// turn, slot 2 expert 3 or 4; expert 5 no token; expert 6 only through an
+/// out-of-range id (99, clamped); the last token picks expert 0 twice (-4,
+/// clamped).
+pub(crate) fn prompt_ids() -> ((usize, usize, usize), Vec<i32>) {
+    let (used, tokens, experts) = (3, 70, 7);
+    let mut id: Vec<i32> = (0..tokens as i32)
+        .flat_map(|t| [0, 1 + t % 2, 3 + i32::from(t % 3 == 0)])
+        .collect();
+    id[1] = 99;
+    let last = id.len() - 1;
+    id[last] = -4;
+    ((used, tokens, experts), id)
+}
+
 /// Prompts (more than 8 tokens) by the tiled kernel, which gathers each
-/// expert's tokens: every weight type, gate/up-like and down-like, an
-/// expert picked by every token (70 pairs: two tiles of columns), one
-/// by every other, one by no token, one only through an out-of-range id
-/// (clamped), a token that picks one expert twice, rows ending mid-tile.
+/// expert's tokens ([`prompt_ids`]): every weight type, gate/up-like and
+/// down-like, rows ending mid-tile.
 #[test]
 fn prompt_products_gather_each_experts_tokens() {
     let Some(dev) = crate::test_device() else {
@@ -119,32 +143,20 @@ fn prompt_products_gather_each_experts_tokens() {
     crate::matvec_q8::force(Some(true));
     crate::matmul_q8::force(Some(true));
     crate::matmul_q8_id::force(Some(true));
+    crate::coopmat::force(Some(false));
     let mut values = crate::test_values(59);
     let mut rnd = move || values.next().unwrap();
-    let (used, tokens, experts) = (3, 70, 7);
+    let ((used, tokens, experts), id) = prompt_ids();
     assert!(crate::matmul_q8_id::takes(tokens, used, experts));
     assert!(!crate::matmul_q8_id::takes(8, 16, 1), "8 tokens");
     assert!(!crate::matmul_q8_id::takes(64, 4, 32), "8 pairs an expert");
-    // Slot 0: expert 0; slot 1: experts 1 and 2 in turn; slot 2: expert
-    // 3 or 4; expert 5: none; expert 6: only id 99 (token 0, slot 1).
-    let mut id: Vec<i32> = (0..tokens as i32)
-        .flat_map(|t| [0, 1 + t % 2, 3 + i32::from(t % 3 == 0)])
-        .collect();
-    id[1] = 99;
-    let last = id.len() - 1;
-    id[last] = -4;
     for wt in crate::matvec_q8::TYPES {
         let k = if wt.block_size() == 32 { 288 } else { 256 };
-        check_ids(&dev, wt, (k, 70, experts), (used, 1, tokens), &id, &mut rnd);
-        check_ids(
-            &dev,
-            wt,
-            (k, 37, experts),
-            (used, used, tokens),
-            &id,
-            &mut rnd,
-        );
+        let dims = [(k, 70, experts), (k, 37, experts)];
+        check_ids(&dev, wt, dims[0], (used, 1, tokens), &id, &mut rnd, 1e-5);
+        check_ids(&dev, wt, dims[1], (used, used, tokens), &id, &mut rnd, 1e-5);
     }
+    crate::coopmat::force(None);
     crate::matmul_q8_id::force(None);
     crate::matmul_q8::force(None);
     crate::matvec_q8::force(None);

@@ -1,5 +1,8 @@
 // matmul_common.wgsl: what the MUL_MAT kernels share (prepended to each).
 
+// No column (the tiled kernels' column hooks: q8_col, ids_col, ids_dst).
+const Q8_NONE: u32 = 0xffffffffu;
+
 // Byte offset of the src0 matrix that dst batch (i2, i3) uses: src0 is
 // broadcast over dims 2-3.
 fn mm_a_base(i2: u32, i3: u32) -> u32 {

@@ -17,8 +17,6 @@
 // P.iu: x = byte of the columns' bytes (column c's at x + c k), y = byte
 // of their (d, d * sum) pairs (block b of column c at y + 8 (c k / 32 + b)).
 
-const Q8_NONE: u32 = 0xffffffffu;
-
 // Staged words: [(u * 2 + half) * QT + row] (a row's unit in two vec4s).
 var<workgroup> qa_w: array<vec4<u32>, QT * 4u>;
 // A row's unit's (fa, fb, fs, 0), Q2_K's (fa, fb, g.x, g.y): [u * QT + row].
