@@ -142,6 +142,12 @@ pub fn run(args: &ChatArgs) -> Result<ExitCode> {
         total.prompt_time += stats.prompt_time;
         total.generated += stats.generated;
         total.generation_time += stats.generation_time;
+        if stats.context_full {
+            eprintln!(
+                "stopped: the context of {n_ctx} positions is full (-c/--ctx for a larger one)"
+            );
+            break;
+        }
     }
     eprintln!(
         "prompt: {} tokens in {:.3} s ({:.1} tokens/s); generation: {} tokens in {:.3} s; \

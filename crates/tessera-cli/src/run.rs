@@ -84,6 +84,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
 
     let p = model.params();
     eprintln!();
+    if stats.context_full {
+        eprintln!(
+            "stopped after {} tokens: the context of {n_ctx} positions is full (-c/--ctx for a larger one)",
+            stats.generated
+        );
+    }
     eprintln!(
         "model: {} ({}, {} layers), context {} (KV cache {} MiB, {})",
         args.model

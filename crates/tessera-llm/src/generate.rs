@@ -1,6 +1,8 @@
 //! The generation loop: the prompt in batches, then one token at a time
 //! (sample, hand it to the caller, evaluate it), until `n` tokens, an
-//! end-of-generation token, or the caller says stop. Timings are kept apart
+//! end-of-generation token, the caller says stop, or the context is full
+//! (the last token handed over is then not evaluated: no position is
+//! left for it; [`GenerationStats::context_full`] says so). Timings are kept apart
 //! for the prompt and the generation, as llama.cpp reports them.
 
 use std::time::{Duration, Instant};
@@ -21,6 +23,8 @@ pub struct GenerationStats {
     pub generated: usize,
     /// Time generating (sampling and evaluating each new token).
     pub generation_time: Duration,
+    /// The generation stopped because the session's context was full.
+    pub context_full: bool,
 }
 
 impl GenerationStats {
@@ -69,6 +73,10 @@ pub fn generate(
         sampler.accept(tok);
         stats.generated += 1;
         if !on_token(tok)? || i + 1 == n {
+            break;
+        }
+        if session.n_past() >= session.options().n_ctx {
+            stats.context_full = true;
             break;
         }
         logits = session.decode(&[tok])?;

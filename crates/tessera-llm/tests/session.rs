@@ -313,3 +313,30 @@ fn a_q8_0_cache_stays_close_to_an_f32_one() {
         assert!(worst > 0.0, "{arch:?}: a Q8_0 cache cannot be exact");
     }
 }
+
+/// Generating past the context stops when it is full, saying so: the
+/// last token handed over is the one no position is left for; a
+/// generation that ends by its count first is not "full".
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    use tessera_llm::{Sampler, SamplingOptions, generate};
+    let prompt = [1u32, 7, 9, 11, 13];
+    for (n, want_generated, want_full) in [(100, 12, true), (11, 11, false), (12, 12, false)] {
+        let mut s = session(Arch::Llama, 16, 8);
+        let mut sampler = Sampler::new(SamplingOptions {
+            temperature: 0.0,
+            ..SamplingOptions::default()
+        })
+        .unwrap();
+        let mut handed = 0;
+        let stats = generate(&mut s, &mut sampler, &prompt, n, &|_| false, &mut |_| {
+            handed += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(stats.generated, want_generated, "n = {n}");
+        assert_eq!(handed, want_generated, "n = {n}");
+        assert_eq!(stats.context_full, want_full, "n = {n}");
+        assert_eq!(s.n_past(), prompt.len() + want_generated - 1, "n = {n}");
+    }
+}
