@@ -18,7 +18,9 @@ use tessera::{AbortCallback, Error, Graph, Op, Placement, Result, TensorId};
 use crate::batch::Batch;
 use crate::device::Core;
 use crate::encode::encode_node;
-use crate::{fuse, fuse_moe, fuse_rope, glu_products, matvec_q8, merge_products, support};
+use crate::{
+    fuse, fuse_moe, fuse_rope, fuse_router, glu_products, matvec_q8, merge_products, support,
+};
 
 /// Record the op nodes of `range` and submit them, in parts
 /// ([`part_size`]); returns the last submission's index (`None` when
@@ -159,6 +161,16 @@ pub(crate) fn compute(
         {
             label(&mut batch, &format!(" (weighted sum of {})", run.used()));
             if fuse_moe::encode(&mut batch, core, graph, placement, q8, &run)
+                .map_err(|e| annotate(e, graph, id))?
+            {
+                fused.extend(run.rest());
+            }
+        }
+        if fused.is_empty()
+            && let Some(run) = fuse_router::plan(graph, id, end)
+        {
+            label(&mut batch, "+ARGSORT");
+            if fuse_router::encode(&mut batch, core, graph, placement, &run)
                 .map_err(|e| annotate(e, graph, id))?
             {
                 fused.extend(run.rest());

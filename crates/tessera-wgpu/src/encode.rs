@@ -80,10 +80,12 @@ const GLU: &str = include_str!("shaders/glu.wgsl");
 const ROWS: [&str; 2] = [
     concat!(
         include_str!("shaders/reduce_tree.wgsl"),
+        include_str!("shaders/sort_key.wgsl"),
         include_str!("shaders/rows.wgsl")
     ),
     concat!(
         include_str!("shaders/reduce_subgroup.wgsl"),
+        include_str!("shaders/sort_key.wgsl"),
         include_str!("shaders/rows.wgsl")
     ),
 ];
@@ -161,7 +163,10 @@ thread_local! {
     pub(crate) static BIG_TILES: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
-const SORT: &str = include_str!("shaders/sort.wgsl");
+const SORT: &str = concat!(
+    include_str!("shaders/sort_key.wgsl"),
+    include_str!("shaders/sort.wgsl")
+);
 
 pub(crate) const SRC_NAMES: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
 

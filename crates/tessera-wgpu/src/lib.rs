@@ -42,6 +42,7 @@ mod fuse;
 mod fuse_moe;
 mod fuse_pair;
 mod fuse_rope;
+mod fuse_router;
 mod fuse_sandwich;
 #[cfg(test)]
 mod fused_quant_tests;

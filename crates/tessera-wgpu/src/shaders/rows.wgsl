@@ -17,6 +17,9 @@
 // router's probabilities, [1, experts, tokens]; ids: src1, I32 [used,
 // tokens], clamped into range as GET_ROWS clamps them), CLAMP's bounds
 // fp.x, fp.y; dst [used, tokens].
+// Mode 3 with iu2.w = 1 (ascending) or 2 (descending) (fuse_router.rs:
+// rows of at most 256 values, no mask) also stores the row's ARGSORT into
+// s3 (I32, the row's extents), the ranks taken as sort.wgsl takes them.
 // Modes 6, 7 and 8 with iu2.z = 1 (a contiguous destination, rows of at most
 // 256 RV = 4096 values) also quantize each row they write for the integer
 // products, as quant_act.wgsl would, into s4 (the stream's scratch): by
@@ -313,6 +316,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 y = exp(w - mx) * inv;
             }
             d_st(d_row + i * P.nb_d.x, y);
+            if (P.iu2.w != 0u && i < 256u) {
+                redi[i] = bitcast<u32>(y);
+            }
+        }
+        if (P.iu2.w != 0u) {
+            // ARGSORT of the row just written (fuse_router.rs; rows of at
+            // most 256): element l's rank among the values as stored, as
+            // sort.wgsl ranks them.
+            workgroupBarrier();
+            if (l < n) {
+                let desc = P.iu2.w == 2u;
+                let kj = sort_key(bitcast<f32>(redi[l]));
+                var rank = 0u;
+                for (var m = 0u; m < n; m = m + 1u) {
+                    let km = sort_key(bitcast<f32>(redi[m]));
+                    rank = rank + select(0u, 1u, sort_before(km, kj, m, l, desc));
+                }
+                s3_sti(P.off2.x + rank * P.nb_3.x + i1 * P.nb_3.y + i2 * P.nb_3.z + i3 * P.nb_3.w,
+                    i32(l));
+            }
         }
         return;
     }

@@ -3,20 +3,9 @@
 // work item per source element: its rank in the row is the number of
 // elements ordered before it (by value, then by index, so equal values keep
 // index order), and it writes its index at that rank when the rank is below
-// ne_d.x. Values are compared through integer keys: -0 equals +0 and every
-// NaN ranks above every number, as on the CPU. O(n) per element.
-
-// An order-preserving integer key of `x`.
-fn sort_key(x: f32) -> u32 {
-    var b = bitcast<u32>(x);
-    if ((b & 0x7fffffffu) > 0x7f800000u) {
-        return 0xffffffffu;
-    }
-    if (b == 0x80000000u) {
-        b = 0u;
-    }
-    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}
+// ne_d.x. Values are compared through integer keys (sort_key.wgsl,
+// prepended): -0 equals +0 and every NaN ranks above every number, as on
+// the CPU. O(n) per element.
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -33,10 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var rank = 0u;
     for (var m = 0u; m < n; m = m + 1u) {
         let km = sort_key(s0_ld(row + m * P.nb_0.x));
-        let after = (km > kj);
-        let less = (km < kj);
-        let before = select(less, after, desc) || (km == kj && m < i.x);
-        rank = rank + select(0u, 1u, before);
+        rank = rank + select(0u, 1u, sort_before(km, kj, m, i.x, desc));
     }
     if (rank < P.ne_d.x) {
         let dst = P.off.x + rank * P.nb_d.x + i.y * P.nb_d.y + i.z * P.nb_d.z + i.w * P.nb_d.w;
