@@ -13,8 +13,9 @@
 //! spent 62.3 ms a token in them before and 11.3 after (`bench model
 //! --profile 4`); decoding 5.66 / 5.68 -> 7.44 / 8.03 t/s, alternated.
 //!
-//! Devices with subgroup operations (the others keep `matmul_id.wgsl`);
-//! `TESSERA_WGPU_MOE_Q8=0` is off, for measuring. Each output column reads
+//! Devices with subgroup operations (the others keep `matmul_id.wgsl`,
+//! but for the tiled kernel's prompts, which need none);
+//! `TESSERA_WGPU_MOE_Q8=0` is off (both kernels), for measuring. Each output column reads
 //! its expert's rows by itself: right for decoding (a token's experts are
 //! distinct). Products of many tokens (prompts) take the tiled
 //! kernel instead ([`crate::matmul_q8_id`]): each expert's

@@ -115,15 +115,21 @@ fn expert_products_are_within_float_rounding_of_the_quantized_product() {
     super::force(None);
 }
 
-/// A prompt's expert ids (`used` x `tokens` of `experts`): slot 0 picks
-/// expert 0 (70 pairs: two tiles of columns), slot 1 experts 1 and 2 in
+/// A prompt's expert ids (`used` x `tokens` of `experts`; 420 pairs, more
+/// than a workgroup's invocations, so each counts several): slot 0 picks
+/// expert 0 (three tiles of columns, the last partial), slot 1 expert 0
+/// too every fourth token (a token picking one expert twice: neighbouring
+/// pairs of one expert in one invocation's share), else experts 1 and 2 in
 /// turn, slot 2 expert 3 or 4; expert 5 no token; expert 6 only through an
-/// out-of-range id (99, clamped); the last token picks expert 0 twice (-4,
+/// out-of-range id (99, clamped); the last token's slot 2 expert 0 (-4,
 /// clamped).
 pub(crate) fn prompt_ids() -> ((usize, usize, usize), Vec<i32>) {
-    let (used, tokens, experts) = (3, 70, 7);
+    let (used, tokens, experts) = (3, 140, 7);
     let mut id: Vec<i32> = (0..tokens as i32)
-        .flat_map(|t| [0, 1 + t % 2, 3 + i32::from(t % 3 == 0)])
+        .flat_map(|t| {
+            let second = if t % 4 == 0 { 0 } else { 1 + t % 2 };
+            [0, second, 3 + i32::from(t % 3 == 0)]
+        })
         .collect();
     id[1] = 99;
     let last = id.len() - 1;

@@ -183,9 +183,11 @@ pub(crate) fn fill(
 
 /// Mappable staging buffers kept for the next reads (a decoding step reads
 /// its logits every token: creating and destroying a mappable buffer each
-/// time is a device allocation each time). Sizes are powers of two from
-/// 4 KiB; at most [`StagingPool::KEEP`] buffers of each size and
-/// [`StagingPool::MAX_BYTES`] in all are kept.
+/// time is a device allocation each time). Reads of up to
+/// [`StagingPool::MAX_CLASS`] bytes stage in buffers of a power of two
+/// from 4 KiB, kept for the next reads (at most [`StagingPool::KEEP`] of
+/// each size and [`StagingPool::MAX_BYTES`] in all); larger reads in a
+/// buffer of their own size, never kept.
 #[derive(Debug, Default)]
 pub(crate) struct StagingPool {
     free: Mutex<Vec<wgpu::Buffer>>,
@@ -193,11 +195,17 @@ pub(crate) struct StagingPool {
 
 impl StagingPool {
     const KEEP: usize = 2;
-    const MAX_BYTES: u64 = 64 << 20;
+    const MAX_BYTES: u64 = 16 << 20;
+    const MAX_CLASS: usize = 4 << 20;
 
-    /// The size a read of `bytes` stages in.
+    /// The size a read of `bytes` (a multiple of 4) stages in.
     fn class(bytes: usize) -> usize {
-        bytes.max(4096).next_power_of_two()
+        let pooled = bytes.max(4096).next_power_of_two();
+        if pooled <= Self::MAX_CLASS {
+            pooled
+        } else {
+            bytes
+        }
     }
 
     /// A kept buffer of size class `size`, if any.
@@ -212,7 +220,10 @@ impl StagingPool {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         let same = free.iter().filter(|b| b.size() == buffer.size()).count();
         let total: u64 = free.iter().map(wgpu::Buffer::size).sum();
-        if same < Self::KEEP && total + buffer.size() <= Self::MAX_BYTES {
+        let size = buffer.size();
+        let class =
+            usize::try_from(size).is_ok_and(|b| b <= Self::MAX_CLASS && b.is_power_of_two());
+        if class && same < Self::KEEP && total + size <= Self::MAX_BYTES {
             free.push(buffer);
         }
     }

@@ -31,7 +31,8 @@ pub struct ModelBenchArgs {
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
     /// Tokens already in the cache when each test starts (its prompt,
-    /// evaluated untimed first: long-context speed, as llama-bench's `-d`).
+    /// evaluated untimed first: long-context speed, as llama-bench's `-d`;
+    /// `--profile` and `--profile-prompt` still start from an empty cache).
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     pub depth: usize,
     /// Repetitions.
@@ -130,9 +131,13 @@ fn llama_bench(
             &threads.to_string(),
             "-ngl",
             &ngl.to_string(),
-            "-d",
-            &depth.to_string(),
         ])
+        // Only when asked: builds older than llama-bench's `-d` refuse it.
+        .args(if depth > 0 {
+            vec!["-d".to_string(), depth.to_string()]
+        } else {
+            Vec::new()
+        })
         .args(["-o", "json"])
         .args(extra)
         .output()
