@@ -84,9 +84,9 @@ if [ -d "$G/llama" ]; then
 fi
 
 if [ "${QUICK:-0}" = 1 ]; then
-    PP=64 TG=8 REPS=1 NGL="--ngl 16" SECS=0.2 DEPTH=256
+    PP=64 TG=8 REPS=1 NGL="--ngl 16" SECS=0.2 DEPTH=64 DTG=4
 else
-    PP=512 TG=128 REPS=3 NGL="" SECS=1 DEPTH=4096
+    PP=512 TG=128 REPS=3 NGL="" SECS=1 DEPTH=4096 DTG=32
 fi
 VS_OPS=()
 VS_MODEL=()
@@ -229,11 +229,11 @@ done
 fi
 
 if in_part 2; then
-say "a long context: decoding after 4,096 tokens (tg32 @ d4096), split attention / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0), each beside llama.cpp"
+say "a long context: decoding after 4,096 tokens (tg32 @ d4096; QUICK: tg4 @ d64), split attention / one workgroup a row (TESSERA_WGPU_FA_SPLIT=0), each beside llama.cpp"
 for split in 1 0; do
     echo "-- TESSERA_WGPU_FA_SPLIT=$split" >>"$LOG"
     TESSERA_WGPU_FA_SPLIT=$split step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
-        -p 0 -n 32 -d "$DEPTH" -r 2 "${VS_MODEL[@]}"
+        -p 0 -n "$DTG" -d "$DEPTH" -r 2 "${VS_MODEL[@]}"
 done
 fi
 
