@@ -174,6 +174,15 @@ for round in 1 2; do
             -p "$PP" -n "$TG" -r "$REPS" "${VS_MODEL[@]}")
     done
 done
+say "MoE prompts of 64 and 128 tokens (8 and 16 pairs an expert on average): tiles from 12 pairs (default) / tiles always (TESSERA_WGPU_MOE_TILES=always) / none (TESSERA_WGPU_MOE_TILES=0): where a GPU's crossing lies"
+for pp in 64 128; do
+    for opts in TESSERA_WGPU_MOE_TILES=1 TESSERA_WGPU_MOE_TILES=always TESSERA_WGPU_MOE_TILES=0; do
+        echo "-- pp$pp $opts" >>"$LOG"
+        # shellcheck disable=SC2086 # one assignment
+        (export $opts; step 45 "$T" bench model -m "$M/moe-q4_K.gguf" --device wgpu0 $NGL \
+            -p "$pp" -n 0 -r "$REPS")
+    done
+done
 LONG=$(for _ in $(seq 12); do printf 'The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. '; done)
 for opts in TESSERA_WGPU_MOE_Q8=1 TESSERA_WGPU_FUSE_MOE=0 TESSERA_WGPU_MOE_TILES=0; do
     fits 60 || break

@@ -22,7 +22,8 @@
 //! where the integer tiles are on (`TESSERA_WGPU_MMQ`) and
 //! `TESSERA_WGPU_MOE_TILES` is not `0` (off, for measuring: the
 //! matrix-vector kernel then takes them, with the fusions of
-//! [`crate::fuse_moe`]).
+//! [`crate::fuse_moe`]; `always`: from 9 tokens whatever the pairs an
+//! expert).
 
 use tessera::Result;
 
@@ -55,11 +56,20 @@ thread_local! {
 pub(crate) const MIN_PAIRS: usize = 12;
 
 /// Whether a MUL_MAT_ID of `tokens` tokens, `used` of `experts` experts
-/// a token, takes the kernel.
+/// a token, takes the kernel (`TESSERA_WGPU_MOE_TILES=always`: whatever
+/// the pairs an expert, for measuring where a GPU's crossing lies).
 pub(crate) fn takes(tokens: usize, used: usize, experts: usize) -> bool {
+    let min_pairs = if always() { 0 } else { MIN_PAIRS };
     tokens > crate::matvec_q8::MAX_COLS
-        && tokens.saturating_mul(used) >= MIN_PAIRS.saturating_mul(experts)
+        && tokens.saturating_mul(used) >= min_pairs.saturating_mul(experts)
         && switch_on(crate::matmul_q8::enabled)
+}
+
+/// `TESSERA_WGPU_MOE_TILES=always`.
+fn always() -> bool {
+    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALWAYS
+        .get_or_init(|| std::env::var("TESSERA_WGPU_MOE_TILES").is_ok_and(|v| v.trim() == "always"))
 }
 
 /// Record `dst = MUL_MAT_ID(a, b, ids)` whose `call`
