@@ -23,8 +23,8 @@ use std::sync::Arc;
 use tessera::{DType, Graph, Op, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::matvec_q8;
 use crate::params::u32_of;
 use crate::wgsl::Binding;

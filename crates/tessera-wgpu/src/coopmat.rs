@@ -36,8 +36,8 @@ use std::sync::{Mutex, OnceLock};
 use tessera::Result;
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::pipelines::KernelKey;
 
 env_switch!("TESSERA_WGPU_COOPMAT");

@@ -35,8 +35,9 @@ use std::sync::Arc;
 use tessera::{DType, Flags, Graph, Layout, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand, operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand, operand, rows};
+use crate::encode::rows;
 use crate::matvec_q8::Quantized;
 use crate::wgsl::Binding;
 

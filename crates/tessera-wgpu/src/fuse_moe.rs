@@ -43,8 +43,9 @@ use std::sync::Arc;
 use tessera::{DType, Graph, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, operand};
 use crate::device::Core;
-use crate::encode::{Call, operand, rows_of, unary_code};
+use crate::encode::{rows_of, unary_code};
 use crate::fuse::{next_computing, overlap};
 use crate::matvec_q8::Compute;
 

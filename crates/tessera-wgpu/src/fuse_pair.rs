@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use tessera::{DType, Graph, Layout, Op, Placement, Result, TensorId};
 
+use crate::call::{Call, operand};
 use crate::device::Core;
-use crate::encode::{Call, operand};
 use crate::fuse::{NormMul, Run, disjoint_or_in_place, next_computing, norm_mul, overlap};
 use crate::params::u32_of;
 

@@ -40,8 +40,9 @@ use std::sync::Arc;
 use tessera::{DType, Flags, Graph, Layout, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Operand, SRC_NAMES, operand};
 use crate::device::Core;
-use crate::encode::{Operand, ROPE, SRC_NAMES, operand, rope_call};
+use crate::encode::{ROPE, rope_call};
 use crate::fuse::{next_computing, overlap};
 use crate::wgsl::Binding;
 

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use tessera::{DType, Graph, Op, Placement, Result, SortOrder, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, operand};
 use crate::device::Core;
-use crate::encode::{Call, operand, rows};
+use crate::encode::rows;
 use crate::fuse::{next_computing, overlap};
 
 env_switch!("TESSERA_WGPU_FUSE_ROUTER");

@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use tessera::{DType, Flags, Graph, Layout, Placement, Result, TensorId};
 
+use crate::call::{Call, operand};
 use crate::device::Core;
-use crate::encode::{Call, operand};
 use crate::fuse::{
     NormMul, Run, add_norm_mul, disjoint_or_in_place, next_computing, norm_mul, overlap,
 };

@@ -29,8 +29,9 @@ use std::sync::Arc;
 use tessera::{DType, Graph, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, operand};
 use crate::device::Core;
-use crate::encode::{Call, operand, unary_code};
+use crate::encode::unary_code;
 use crate::fuse::{next_computing, overlap};
 use crate::matvec_q8;
 use crate::merge_products::product;

@@ -31,6 +31,7 @@ mod attention;
 mod batch;
 mod binds;
 pub mod buffer;
+mod call;
 mod compute;
 mod coopmat;
 pub mod device;

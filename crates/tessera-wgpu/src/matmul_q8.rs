@@ -24,8 +24,8 @@
 use tessera::Result;
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 
 /// The kernel for tiles of `$qt` rows and columns (`$qr` = `$qt` / 16
 /// of each an invocation).

@@ -28,8 +28,8 @@
 use tessera::Result;
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::q8_scratch::u32_of;
 
 /// The kernel: 64 x 64 tiles.

@@ -30,8 +30,8 @@
 use tessera::{DType, Layout, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::q8_scratch::u32_of;
 pub(crate) use crate::q8_scratch::{Compute, Quantized, Scratch, scratch_bytes};
 

@@ -25,8 +25,8 @@
 use tessera::{DType, Layout, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::matvec_q8::{Compute, quantized_input};
 use crate::q8_scratch::u32_of;
 

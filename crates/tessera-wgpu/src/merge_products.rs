@@ -27,8 +27,8 @@ use std::sync::Arc;
 use tessera::{Graph, Op, Placement, Result, TensorId};
 
 use crate::batch::Batch;
+use crate::call::{Operand, operand};
 use crate::device::Core;
-use crate::encode::{Operand, operand};
 use crate::fuse::{next_computing, overlap};
 use crate::matvec_q8::{self, MAX_MERGED};
 

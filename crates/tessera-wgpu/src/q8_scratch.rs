@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use tessera::{DType, Graph, Layout, Op, Result, TensorId};
 
+use crate::call::{Call, Operand};
 use crate::device::Core;
-use crate::encode::{Call, Operand};
 use crate::matvec_q8::takes;
 use crate::q8_regions::{Regions, peak_bytes};
 use crate::wgsl::Binding;
@@ -430,7 +430,7 @@ impl Quantized {
     pub(crate) fn bind(&self, call: &mut Call, slot: usize, at: usize) -> Result<()> {
         call.pad_sources(slot);
         call.bindings
-            .push(Binding::plain(crate::encode::SRC_NAMES[slot], DType::F32));
+            .push(Binding::plain(crate::call::SRC_NAMES[slot], DType::F32));
         call.buffers.push(self.scratch.clone());
         call.params.iu2[at] = u32_of(self.base)?;
         call.params.iu2[at + 1] = u32_of(self.pairs)?;
