@@ -180,6 +180,23 @@ pub(crate) enum Kind {
     Experts,
 }
 
+impl Kind {
+    /// Its bit in [`Core::coop_refused`].
+    fn bit(self) -> u8 {
+        match self {
+            Kind::Products => 1,
+            Kind::Experts => 2,
+        }
+    }
+
+    fn op(self) -> &'static str {
+        match self {
+            Kind::Products => "MUL_MAT",
+            Kind::Experts => "MUL_MAT_ID",
+        }
+    }
+}
+
 /// Whether every cooperative load and store of the kernel in `shape` with
 /// matrices of `side` stays inside its workgroup array, checked position
 /// by position as the shader computes them: the A (B) matrices of part s
@@ -232,11 +249,12 @@ pub(crate) fn kernel(core: &Core, kind: Kind) -> Option<(&'static str, Shape)> {
     let largest = tests::LARGEST.with(std::cell::Cell::get).unwrap_or(largest);
     #[cfg(test)]
     let side = tests::SIDE.with(std::cell::Cell::get).unwrap_or(side);
-    if !switch_on(|| true) || largest == 0 || core.coop_refused.load(Ordering::Relaxed) {
+    let refused = core.coop_refused.load(Ordering::Relaxed) & kind.bit() != 0;
+    if !switch_on(|| true) || largest == 0 || refused {
         return None;
     }
     #[cfg(test)]
-    if tests::BROKEN.with(std::cell::Cell::get) {
+    if tests::BROKEN.with(std::cell::Cell::get) == Some(kind) {
         return Some((tests::BROKEN_SOURCE, SMALL));
     }
     let fits = |shape: Shape| {
@@ -327,7 +345,7 @@ pub(crate) fn record(
     (body, shape): (&'static str, Shape),
     (a, dst): (&Operand, &Operand),
 ) -> Result<Option<Call>> {
-    let Some(compiled) = compiled(core, &call, "mul_mat_coop", body) else {
+    let Some(compiled) = compiled(core, &call, Kind::Products, body) else {
         return Ok(Some(call));
     };
     let (m, n) = (a.layout.ne[1], dst.layout.ne[1]);
@@ -356,7 +374,7 @@ pub(crate) fn record_experts(
     (body, shape): (&'static str, Shape),
     a: &Operand,
 ) -> Result<Option<Call>> {
-    let Some(compiled) = compiled(core, &call, "mul_mat_id_coop", body) else {
+    let Some(compiled) = compiled(core, &call, Kind::Experts, body) else {
         return Ok(Some(call));
     };
     let row_tiles = a.layout.ne[1].div_ceil(shape.tile as usize);
@@ -373,28 +391,32 @@ pub(crate) fn record_experts(
     Ok(None)
 }
 
-/// The compiled kernel `body` for `call`'s bindings; `None` where the
-/// device refuses it, which also sends the device's later products to the
-/// integer tiles, with one line on stderr.
+/// The compiled kernel `body` of `kind` for `call`'s bindings; `None`
+/// where the device refuses it, which also sends the device's later
+/// products of that kind to the integer tiles, with one line on stderr.
 fn compiled(
     core: &Core,
     call: &Call,
-    name: &'static str,
+    kind: Kind,
     body: &'static str,
 ) -> Option<std::sync::Arc<crate::pipelines::Kernel>> {
     let key = KernelKey {
-        name,
+        name: match kind {
+            Kind::Products => "mul_mat_coop",
+            Kind::Experts => "mul_mat_id_coop",
+        },
         body,
         bindings: call.bindings.clone(),
     };
     match core.pipelines.kernel(&core.device, &core.errors, &key) {
         Ok(k) => Some(k),
         Err(e) => {
-            if !core.coop_refused.swap(true, Ordering::Relaxed) {
+            if core.coop_refused.fetch_or(kind.bit(), Ordering::Relaxed) & kind.bit() == 0 {
                 eprintln!(
-                    "tessera-wgpu: {}: the cooperative-matrix kernel did not compile ({e}); \
+                    "tessera-wgpu: {}: the cooperative-matrix {} kernel did not compile ({e}); \
                      the integer kernels take its products",
-                    core.name
+                    core.name,
+                    kind.op()
                 );
             }
             None

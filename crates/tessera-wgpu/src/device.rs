@@ -59,9 +59,10 @@ pub(crate) struct Core {
     /// The side of the cooperative matrices the many-column products take,
     /// when the device was opened with them ([`crate::coopmat`]).
     pub coop_side: Option<u32>,
-    /// Set when the device refused to compile the cooperative-matrix
-    /// kernel: its products go back to the integer tiles.
-    pub coop_refused: std::sync::atomic::AtomicBool,
+    /// The cooperative-matrix kernels the device refused to compile (a bit
+    /// per [`crate::coopmat::Kind`]): their products go back to the
+    /// integer tiles.
+    pub coop_refused: std::sync::atomic::AtomicU8,
     /// Staging buffers kept for the next reads.
     pub staging: crate::staging::StagingPool,
 }
