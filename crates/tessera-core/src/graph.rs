@@ -11,7 +11,7 @@
 //! live outside any graph. That makes a graph cheap to copy to another device,
 //! to hash for reuse and to send over the network.
 //!
-//! The op constructors (`add`, `mul_mat`, `rope`, ...) live in [`crate::build`];
+//! The op constructors (`add`, `mul_mat`, `rope`, ...) live in `build`;
 //! each validates its operands and returns an [`Error`] instead of panicking.
 
 use crate::dtype::DType;

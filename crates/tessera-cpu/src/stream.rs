@@ -37,7 +37,7 @@ pub struct CpuStream {
 
 impl CpuStream {
     /// A stream on `device` with `n_threads` threads (at most
-    /// [`MAX_THREADS`]) and kernels for `isa`.
+    /// `MAX_THREADS`) and kernels for `isa`.
     pub fn new(device: Arc<CpuDevice>, n_threads: usize, isa: Isa) -> Result<Self> {
         if !isa.available() {
             return Err(Error::unsupported(
@@ -113,7 +113,7 @@ impl std::fmt::Debug for CpuStream {
 }
 
 /// `std::thread::available_parallelism` (1 when unknown), at most
-/// [`MAX_THREADS`].
+/// `MAX_THREADS`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())

@@ -1,7 +1,7 @@
 //! The wgpu device: one logical `wgpu::Device` on an adapter, as a Tessera
 //! [`Device`].
 //!
-//! [`Core`] is what buffers, streams and events share: the wgpu device and
+//! `Core` is what buffers, streams and events share: the wgpu device and
 //! its one queue, the limits, the error sink and the pipeline caches.
 //! [`WgpuDevice`] adds the Tessera face: props, buffer types, `supports_op`.
 //! Several `WgpuDevice`s may be opened on one adapter (logical devices); they

@@ -2,7 +2,7 @@
 //! WGSL compute kernels for every op of the conformance harness.
 //!
 //! - [`WgpuFamily`] enumerates adapters, [`register`] adds it to
-//!   [`tessera::Registry::global`] and [`family`] is the process-wide one;
+//!   [`tessera::Registry::global`] and [`family()`] is the process-wide one;
 //! - [`WgpuDevice`]: one logical device (props, buffer types,
 //!   `supports_op`), [`WgpuBufferType`] / [`WgpuBuffer`] its device memory;
 //! - [`WgpuStream`]: async transfers and graph compute on the device queue,
@@ -202,7 +202,7 @@ pub(crate) fn test_placement(
     (pl, galloc)
 }
 
-/// Add the process-wide [`family`] to [`tessera::Registry::global`].
+/// Add the process-wide [`family()`] to [`tessera::Registry::global`].
 /// Calling it again does nothing.
 pub fn register() {
     tessera::Registry::global().register(family());

@@ -12,7 +12,7 @@
 //! | `ggml_backend_event` | [`Event`] |
 //! | allocated `ggml_tensor` | [`Tensor`], [`Placement`] |
 //! | `ggml_tallocr`, `ggml_gallocr` | [`alloc`] |
-//! | `ggml_backend_graph_copy`, `_compare_graph_backend` | [`graph_copy`] |
+//! | `ggml_backend_graph_copy`, `_compare_graph_backend` | [`graph_copy()`] |
 //! | `ggml_backend_sched` | [`Scheduler`] ([`sched`]) |
 //!
 //! It re-exports the device-free core ([`tessera_core`]): types, layouts,

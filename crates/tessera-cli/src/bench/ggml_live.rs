@@ -111,7 +111,7 @@ fn parse_line(line: &str) -> Option<GgmlCase> {
     })
 }
 
-/// `a=1,b=[2,3],c=x` → {a: 1, b: [2,3], c: x} (commas inside brackets kept).
+/// `a=1,b=[2,3],c=x` → `{a: 1, b: [2,3], c: x}` (commas inside brackets kept).
 fn split_params(vars: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let (mut depth, mut start) = (0i32, 0usize);

@@ -24,7 +24,7 @@
 //! with the same layout and would be packed alike ([`PackKey`]: Q, K and
 //! V; gate and up) are grouped the same way: the first packs its B panels
 //! into the group's table, the others read them
-//! ([`crate::kernels::gemm_shared_b`]). A new packed-B group closes the
+//! (`kernels::gemm_shared_b`). A new packed-B group closes the
 //! open ones, so their nodes never interleave and all of them share one
 //! region, as large as the largest.
 

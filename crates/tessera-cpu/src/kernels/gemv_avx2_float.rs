@@ -155,7 +155,7 @@ float_tile!(bf16_f32_tile, 2, load_bf16, one_bf16, 4, load_f32, one_f32);
 /// F16 13.2-13.5 / 12.7-13.0 / 13.2-13.3 / 13.2 ms.
 pub(crate) const L2_AHEAD_VALUES: usize = 1024;
 
-/// One row of a step of [`float_tile_4x3`]'s kernels: eight values of row
+/// One row of a step of `float_tile_4x3`'s kernels: eight values of row
 /// `$x` loaded by `$load` (elements of `$wx` bytes, `$d` steps of eight
 /// from element `{e}`) into `{t}` and multiplied into the row's three
 /// accumulators `$c0..$c2` with the columns' values `{b0}..{b2}`.
@@ -185,7 +185,7 @@ macro_rules! float_row {
     };
 }
 
-/// One step of [`float_tile_4x3`]'s kernels, `$d` steps of eight values
+/// One step of `float_tile_4x3`'s kernels, `$d` steps of eight values
 /// from element `{e}`: the three columns' values, then the four rows.
 macro_rules! float_step {
     ($load:literal, $wx:literal, $d:literal) => {

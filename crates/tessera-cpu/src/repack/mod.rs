@@ -1,7 +1,7 @@
 //! Weights stored in the layout the CPU's matrix kernels read, once, at
 //! load time (ggml's "extra" CPU_REPACK buffer type).
 //!
-//! The packed GEMM ([`crate::kernels`]' `gemm`) multiplies 16 weight rows
+//! The packed GEMM (`kernels::gemm`) multiplies 16 weight rows
 //! at a time; from the file's layout it must first gather those rows'
 //! blocks into a panel on every call (per `KC` slice of every unit), which
 //! with few columns (8 to 64: batched decoding, short prompts) costs more
@@ -23,7 +23,7 @@
 //! in its low nibbles and `16 + 4c..16 + 4c + 4` in its high ones: a mask
 //! and a shift give `vpdpbusd`'s unsigned operand for two steps. Packing
 //! is a permutation of each group's bytes (so a byte fill is unchanged by
-//! it), done by [`pack_group`] and undone by [`unpack_group`].
+//! it), done by `pack_group` and undone by `unpack_group`.
 //!
 //! Which tensors are packed: [`packs`] (Q4_0, contiguous, rows a multiple of
 //! 16); every other tensor in such a buffer keeps the file's layout.

@@ -6,7 +6,7 @@
 //! into per-device *splits* with the copies between them ([`Split`]), plans
 //! the compute memory of every device at once with the [`GraphAllocator`]
 //! (so [`Scheduler::reserve_size`] is exactly what is then allocated), and
-//! runs the splits on their streams, copying inputs with [`copy_async`].
+//! runs the splits on their streams, copying inputs with [`crate::copy_async`].
 //!
 //! The user's graph is never modified: splitting builds a new, rewritten
 //! graph (with TRANSFER nodes for the copies), so a graph can be reserved,
