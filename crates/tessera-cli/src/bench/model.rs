@@ -149,8 +149,17 @@ fn llama_bench(
         .and_then(|s| s.split([',', '\n']).next())
         .and_then(|s| s.trim().parse::<f64>().ok());
     v.ok_or_else(|| {
+        // A build whose repacked CPU kernels use instructions the machine
+        // (or its hypervisor) does not give stops with SIGILL or SIGSEGV.
+        let crashed = !out.status.success() && out.status.code().is_none();
+        let hint = if crashed && !extra.iter().any(|a| a == "--repack") {
+            "; if its repacked CPU kernels crash here, try \
+             --llama-bench-arg=--repack --llama-bench-arg=0"
+        } else {
+            ""
+        };
         Error::Malformed(format!(
-            "llama-bench printed no avg_ts ({}): {}",
+            "llama-bench printed no avg_ts ({}): {}{hint}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
                 .lines()
