@@ -32,7 +32,7 @@ pub struct ModelBenchArgs {
     pub n_gen: usize,
     /// Tokens already in the cache when each test starts (its prompt,
     /// evaluated untimed first: long-context speed, as llama-bench's `-d`;
-    /// `--profile` and `--profile-prompt` still start from an empty cache).
+    /// `--profile` and `--profile-prompt` too).
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     pub depth: usize,
     /// Repetitions.
@@ -81,7 +81,7 @@ pub(super) fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Empty the cache, then fill it with `depth` tokens (untimed).
-fn prefill(session: &mut Session, depth: usize, seed: u64) -> Result<()> {
+pub(super) fn prefill(session: &mut Session, depth: usize, seed: u64) -> Result<()> {
     session.clear();
     if depth > 0 {
         let t = tokens(depth, session.model().n_vocab(), seed ^ 0x5eed);
@@ -267,10 +267,10 @@ pub fn run(args: &ModelBenchArgs) -> Result<ExitCode> {
         println!();
     }
     if let Some(n) = args.profile {
-        super::profile::run(&mut session, n, super::profile::Steps::Decode)?;
+        super::profile::run(&mut session, n, super::profile::Steps::Decode, args.depth)?;
     }
     if let Some(n) = args.profile_prompt {
-        super::profile::run(&mut session, n, super::profile::Steps::Prompt)?;
+        super::profile::run(&mut session, n, super::profile::Steps::Prompt, args.depth)?;
     }
     if let Some(rss) = llm::peak_rss() {
         eprintln!("peak memory (tessera): {} MiB resident", rss >> 20);

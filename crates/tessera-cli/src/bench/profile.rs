@@ -68,9 +68,10 @@ pub enum Steps {
     Prompt,
 }
 
-/// Profile `n` decoding steps (or one prompt of `n` tokens) of `session`
+/// Profile `n` decoding steps (or one prompt of `n` tokens) of `session`,
+/// each run after `depth` tokens already in the cache (evaluated untimed),
 /// and print the table.
-pub fn run(session: &mut Session, n: usize, what: Steps) -> Result<()> {
+pub fn run(session: &mut Session, n: usize, what: Steps, depth: usize) -> Result<()> {
     let n = n.max(1);
     let streams: Vec<_> = session.scheduler().streams().to_vec();
     let mut timed = Vec::new();
@@ -88,13 +89,13 @@ pub fn run(session: &mut Session, n: usize, what: Steps) -> Result<()> {
         Steps::Decode => (n, "token"),
         Steps::Prompt => (1, "prompt"),
     };
-    session.clear();
+    super::model::prefill(session, depth, 7)?;
     // Warm-up (plans made, memory touched), then the measured steps.
     match what {
         Steps::Decode => session.decode(&toks[..1])?,
         Steps::Prompt => session.decode(&toks)?,
     };
-    session.clear();
+    super::model::prefill(session, depth, 7)?;
     timed.iter().for_each(|(_, p)| p.set(true));
     let start = Instant::now();
     match what {
@@ -136,9 +137,13 @@ pub fn run(session: &mut Session, n: usize, what: Steps) -> Result<()> {
         .filter(|r| !is_host(&r.2))
         .map(|r| per_tok(r.2.nanos))
         .sum();
+    let after = match depth {
+        0 => String::new(),
+        d => format!(" after {d} tokens in the cache"),
+    };
     let title = match what {
-        Steps::Decode => format!("{n} decoding steps"),
-        Steps::Prompt => format!("a prompt of {n} tokens"),
+        Steps::Decode => format!("{n} decoding steps{after}"),
+        Steps::Prompt => format!("a prompt of {n} tokens{after}"),
     };
     println!(
         "\nProfile of {title}: {wall:.2} ms per {unit}, of which nodes {nodes:.2} ms \
