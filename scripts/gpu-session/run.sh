@@ -17,7 +17,9 @@
 #     by tiles of each expert's tokens (TESSERA_WGPU_MOE_TILES=0 off),
 #     decoding and prompts of a synthetic Qwen3 MoE file;
 #   - the split long-context attention (TESSERA_WGPU_FA_SPLIT=0 off),
-#     FLASH_ATTN_EXT at 4,096 keys;
+#     FLASH_ATTN_EXT at 4,096 keys; prompts' attention by blocks of
+#     queries (TESSERA_WGPU_FA_TILES=0 off), pp512 with and without 4,096
+#     tokens before;
 #   - cooperative matrices for prompts (TESSERA_WGPU_COOPMAT=0 off: the
 #     integer tiles; =big their 128 x 128 tile), the integer tiled products (TESSERA_WGPU_MMQ=0 off,
 #     =big their 128 x 128 tile) and the float ones with the 128 x 128
@@ -243,6 +245,22 @@ for split in 1 0; do
     echo "-- TESSERA_WGPU_FA_SPLIT=$split" >>"$LOG"
     TESSERA_WGPU_FA_SPLIT=$split step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
         -p 0 -n "$DTG" -d "$DEPTH" -r 2 "${VS_MODEL[@]}"
+done
+fi
+
+if in_part 2; then
+say "prompt attention: blocks of queries a workgroup (default) / one workgroup a query row (TESSERA_WGPU_FA_TILES=0); Gemma-shaped pp$PP, then 1B pp$PP after $DEPTH tokens; interleaved"
+for round in 1 2; do
+    for tiles in 1 0; do
+        echo "-- round $round TESSERA_WGPU_FA_TILES=$tiles" >>"$LOG"
+        TESSERA_WGPU_FA_TILES=$tiles step 45 "$T" bench model -m "$M/g270-q4_0.gguf" --device wgpu0 \
+            -p "$PP" -n 0 -r "$REPS"
+    done
+done
+for tiles in 1 0; do
+    echo "-- TESSERA_WGPU_FA_TILES=$tiles" >>"$LOG"
+    TESSERA_WGPU_FA_TILES=$tiles step 90 "$T" bench model -m "$M/1b-q4_0.gguf" --device wgpu0 $NGL \
+        -p "$PP" -n 0 -d "$DEPTH" -r 2
 done
 fi
 

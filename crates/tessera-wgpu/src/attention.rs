@@ -1,9 +1,11 @@
 //! FLASH_ATTN_EXT on the GPU: which kernel, and the split of a long cache
 //! over workgroups.
 //!
-//! Two kernels compute attention (see their headers): `attention_rows.wgsl`
-//! for F16 caches of the usual head sizes, `attention.wgsl` (four teams)
-//! for everything else. Both give each query row one workgroup, which
+//! Prompts over F16 caches take blocks of query rows a workgroup
+//! ([`crate::attention_tiles`]). Otherwise two kernels compute attention
+//! (see their headers): `attention_rows.wgsl` for F16 caches of the usual
+//! head sizes, `attention.wgsl` (four teams) for everything else. Both
+//! give each query row one workgroup, which
 //! scans the whole cache; while decoding there are only as many rows as
 //! heads (32 for a 1B Llama), so a long cache leaves most of a GPU idle
 //! (on an NVIDIA H200, 4,096 keys took 278 µs against ggml's 17.6). Where
@@ -77,7 +79,14 @@ pub(crate) fn encode(
     mut q8: Option<&mut matvec_q8::Compute>,
 ) -> Result<()> {
     let [q, k, v] = at.qkv;
-    let rows_kernel = rows_takes(&k.layout, &v.layout, k.offset, v.offset);
+    // Prompts: blocks of query rows ([`crate::attention_tiles`]).
+    let tiles = crate::attention_tiles::body_for(
+        &core.limits,
+        &q.layout,
+        (&k.layout, k.offset),
+        (&v.layout, v.offset),
+    );
+    let rows_kernel = tiles.is_none() && rows_takes(&k.layout, &v.layout, k.offset, v.offset);
     let rows = q.layout.nrows();
     let parts = if rows_kernel {
         parts(rows, k.layout.ne[1])
@@ -101,10 +110,10 @@ pub(crate) fn encode(
         .filter(|_| dv % 32 == 0)
         .and_then(|q| q.plan_for(graph, id));
     let mut call = call(dst, at)?;
-    let body = if rows_kernel {
-        ATTENTION_ROWS[usize::from(crate::subgroups::on(core))]
-    } else {
-        ATTENTION
+    let body = match tiles {
+        Some((body, _)) => body,
+        None if rows_kernel => ATTENTION_ROWS[usize::from(crate::subgroups::on(core))],
+        None => ATTENTION,
     };
     match split {
         Some((base, scratch)) => {
@@ -132,7 +141,12 @@ pub(crate) fn encode(
                 None => call.pad_sources(6),
             }
             let params = call.params;
-            call.record(batch, core, "flash_attn_ext", body, params, rows)?;
+            let groups = tiles.map_or(rows, |(_, groups)| groups);
+            #[cfg(test)]
+            if tiles.is_some() {
+                crate::attention_tiles::RECORDED.with(|r| r.set(r.get() + 1));
+            }
+            call.record(batch, core, "flash_attn_ext", body, params, groups)?;
         }
     }
     if let (Some(qz), Some(q8)) = (&quant, q8) {

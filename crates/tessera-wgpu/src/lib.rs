@@ -28,6 +28,7 @@ mod kernel_source;
 
 pub mod adapter;
 mod attention;
+mod attention_tiles;
 mod batch;
 mod binds;
 pub mod buffer;

@@ -316,6 +316,36 @@ fn flash_attn_cases(v: &mut Vec<Case>) {
             kv_type: DType::F32,
             ..FA
         },
+        // Prompts over F16 caches (blocks of queries on a GPU): the last
+        // block partial, several 64-key rounds, dk below dv.
+        Fa {
+            mask: m,
+            n_head: 8,
+            gqa: 4,
+            kv: 300,
+            n_q: 70,
+            ..FA
+        },
+        Fa {
+            mask: m,
+            hsk: 256,
+            hsv: 256,
+            n_head: 2,
+            kv: 100,
+            n_q: 20,
+            softcap: 30.0,
+            ..FA
+        },
+        Fa {
+            mask: m,
+            hsk: 32,
+            hsv: 128,
+            n_head: 2,
+            gqa: 2,
+            kv: 90,
+            n_q: 33,
+            ..FA
+        },
         // A Q8_0 cache (`--kv-type q8_0`): prompt and decoding shapes.
         Fa {
             mask: m,
