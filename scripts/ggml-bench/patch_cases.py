@@ -16,6 +16,9 @@ cases = []
 for n in (1, 8, 512):
     for t in ("F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS"):
         cases.append(f"new test_mul_mat(GGML_TYPE_{t}, GGML_TYPE_F32, 4096, {n}, 14336, {{1, 1}}, {{1, 1}})")
+for n in (1, 32, 512):
+    for t in ("Q8_0", "Q4_0", "Q4_K", "Q6_K"):
+        cases.append(f"new test_mul_mat_id(GGML_TYPE_{t}, GGML_TYPE_F32, 128, 8, false, 768, {n}, 2048)")
 for op, ne, nr in (("add", "4096, 512, 1, 1", "1, 1, 1, 1"), ("add", "4096, 1, 1, 1", "1, 512, 1, 1"),
                    ("add", "4096, 4096, 1, 1", "1, 1, 1, 1"), ("mul", "4096, 512, 1, 1", "1, 1, 1, 1"),
                    ("mul", "4096, 1, 1, 1", "1, 512, 1, 1")):

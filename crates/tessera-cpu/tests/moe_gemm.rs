@@ -31,7 +31,25 @@ fn nmse(got: &[f64], want: &[f64]) -> f64 {
 /// slot 1 to experts 1..=3 in turn but every 16th token to expert 4 (a
 /// few columns: the tile kernels); expert 5 gets none.
 fn check(t: DType, k: usize, m: usize, ne11: usize, tokens: usize) {
-    let (experts, used) = (6, 2);
+    let route = |tok: usize, slot: usize| match slot {
+        0 => 0,
+        _ if tok % 16 == 5 => 4,
+        _ => 1 + tok % 3,
+    };
+    check_routed(t, (k, m), ne11, tokens, (6, 2), route);
+}
+
+/// `as [k, m, experts]` of type `t` by `b [k, ne11, tokens]`, `used` slots
+/// a token, slot `s` of token `tok` to expert `route(tok, s)`: against
+/// the f64 product, on 1 to 3 threads.
+fn check_routed(
+    t: DType,
+    (k, m): (usize, usize),
+    ne11: usize,
+    tokens: usize,
+    (experts, used): (usize, usize),
+    route: impl Fn(usize, usize) -> usize,
+) {
     let mut rng = Rng::new((k * 13 + m * 5 + tokens) as u64);
     let mut g = Graph::new();
     let a = g.new_tensor(t, &[k, m, experts]).unwrap();
@@ -57,7 +75,8 @@ fn check(t: DType, k: usize, m: usize, ne11: usize, tokens: usize) {
         .collect();
     r.set(b, &b_vals);
     let id: Vec<usize> = (0..tokens)
-        .flat_map(|tok| [0, if tok % 16 == 5 { 4 } else { 1 + tok % 3 }])
+        .flat_map(|tok| (0..used).map(move |slot| (tok, slot)))
+        .map(|(tok, slot)| route(tok, slot))
         .collect();
     r.set(ids, &id.iter().map(|&e| e as f64).collect::<Vec<_>>());
     let mut want = Vec::with_capacity(m * used * tokens);
@@ -76,7 +95,7 @@ fn check(t: DType, k: usize, m: usize, ne11: usize, tokens: usize) {
         let e = nmse(&r.get(out), &want);
         assert!(
             e <= tolerance(t),
-            "{t} k={k} m={m} ne11={ne11} tokens={tokens} threads={threads}: NMSE {e:e}"
+            "{t} k={k} m={m} ne11={ne11} tokens={tokens} used={used} threads={threads}: NMSE {e:e}"
         );
     }
 }
@@ -97,5 +116,31 @@ fn experts_with_many_tokens_take_the_gemm() {
         let k = if t.block_size() == 256 { 512 } else { 320 };
         check(t, k, 37, 1, 48);
         check(t, k, 70, 2, 33);
+    }
+}
+
+/// Decoding: one token, 8 of 16 experts, each with one column, takes the
+/// one-column kernels by units of up to 512 rows (`unit_rows`): 700 rows
+/// are a whole unit and a partial one (fewer for wide rows); two tokens
+/// where one expert has both and the others one each; activations per
+/// slot and broadcast.
+#[test]
+fn experts_with_one_column_take_the_one_column_kernels() {
+    for t in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::IQ4XS,
+    ] {
+        let k = if t.block_size() == 256 { 256 } else { 320 };
+        let spread = |tok: usize, slot: usize| (tok * 3 + slot * 2) % 16;
+        check_routed(t, (k, 700), 8, 1, (16, 8), spread);
+        check_routed(t, (k, 700), 1, 1, (16, 8), spread);
+        // Token 1's slot 0 goes to token 0's slot 0's expert (0).
+        let shared = |tok: usize, slot: usize| if slot == 0 { 0 } else { tok * 7 + slot };
+        check_routed(t, (k, 700), 4, 2, (16, 4), shared);
     }
 }

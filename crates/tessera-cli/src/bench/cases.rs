@@ -100,6 +100,13 @@ pub fn all_cases() -> Vec<PerfCase> {
             v.push(mul_mat(t, 4096, n, 14336));
         }
     }
+    // Qwen3 30B-A3B's expert products (128 experts of 768 x 2048, 8 a
+    // token): decoding, a small batch, a prompt.
+    for n in [1usize, 32, 512] {
+        for t in [DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K] {
+            v.push(mul_mat_id(t, (128, 8), 768, n, 2048));
+        }
+    }
     v.push(binary("ADD", [4096, 512], [1, 1]));
     v.push(binary("ADD", [4096, 1], [1, 512]));
     v.push(binary("ADD", [4096, 4096], [1, 1]));
@@ -145,6 +152,42 @@ pub fn mul_mat(t: DType, m: usize, n: usize, k: usize) -> PerfCase {
             ],
             Box::new(|g, l| g.mul_mat(l[0], l[1])),
             nbytes(t, &[k, m]) + nbytes(DType::F32, &[k, n]) + nbytes(DType::F32, &[m, n]),
+        )
+    }
+}
+
+/// MUL_MAT_ID of `experts = (n_mats, n_used)`: `n` tokens, each by
+/// `n_used` distinct experts of `m x k` weights.
+pub fn mul_mat_id(
+    t: DType,
+    (mats, used): (usize, usize),
+    m: usize,
+    n: usize,
+    k: usize,
+) -> PerfCase {
+    let shape = format!("n_mats={mats},n_used={used},b=0,m={m},n={n},k={k}");
+    let name = format!("MUL_MAT_ID(type_a={},type_b=f32,{shape})", t.name());
+    let ggml = format!("MUL_MAT_ID|type_a={},type_b=f32,{shape}", t.name());
+    // The weights read: each expert's once at most (ggml counts them so
+    // for its bandwidth too).
+    let read = mats.min(n * used);
+    PerfCase {
+        flops: Some(2.0 * m as f64 * n as f64 * k as f64 * used as f64),
+        weight_bytes: Some(nbytes(t, &[k, m, read])),
+        ..base(
+            name,
+            ggml,
+            vec![
+                leaf(t, &[k, m, mats], Fill::Uniform),
+                leaf(DType::F32, &[k, used, n], Fill::Uniform),
+                // Distinct ids a token: the hash is a bijection modulo a
+                // power of two.
+                leaf(DType::I32, &[used, n], Fill::Ids(mats)),
+            ],
+            Box::new(|g, l| g.mul_mat_id(l[0], l[1], l[2])),
+            nbytes(t, &[k, m, read])
+                + nbytes(DType::F32, &[k, used, n])
+                + nbytes(DType::F32, &[m, used, n]),
         )
     }
 }

@@ -499,17 +499,37 @@ impl<'s> Plan<'s> {
         // ne01 values per row, of which `rows` belong to this chunk, which
         // only this thread computes.
         let d = unsafe { self.dst.row(i11, i12, i13).cast::<f32>() };
+        // SAFETY: i12 / r2 < ne02 and i13 / r3 < ne03 (r2, r3 are the exact
+        // ratios), so this is a matrix of `a`.
+        let a0 = unsafe { self.a.row(0, i12 / self.r2, i13 / self.r3) };
+        // SAFETY: as above: `d` is this column's output row, `rows` this
+        // thread's.
+        unsafe { self.column_into(a0, y, d, rows) }
+    }
+
+    /// Rows `rows` of the matrix at `a0` times the one column `y` (in the
+    /// activations' type), stored at `d[r]` for each row `r`: the
+    /// one-column path of [`Self::column`], also MUL_MAT_ID's for an expert
+    /// with one column.
+    ///
+    /// # Safety
+    /// `a0` is a matrix of `a`, `rows.end <= ne01`, and `d` points to at
+    /// least `rows.end` f32 that only this thread writes at `rows`.
+    pub(super) unsafe fn column_into(
+        &self,
+        a0: *mut u8,
+        y: &[u8],
+        d: *mut f32,
+        rows: Range<usize>,
+    ) {
         let store = |r: usize, v: f32| {
-            // SAFETY: see `d`; r < ne01.
+            // SAFETY: see the contract; r < rows.end.
             unsafe { d.add(r).write_unaligned(v) }
         };
         if self.a_row == 0 {
             rows.for_each(|r| store(r, 0.0));
             return;
         }
-        // SAFETY: i12 / r2 < ne02 and i13 / r3 < ne03 (r2, r3 are the exact
-        // ratios), so this is a matrix of `a`.
-        let a0 = unsafe { self.a.row(0, i12 / self.r2, i13 / self.r3) };
         let nb01 = self.a.nb(1);
         // SAFETY: a0 is a matrix of `a`; the rows asked for are below ne01.
         let row_at = |row: usize| unsafe { self.weight_rows(a0, row..row + 1) };

@@ -99,9 +99,19 @@ pub fn mul_mat_id_scratch_size(
     id_scratch_parts(a, b, ids, nth, isa).map_or(usize::MAX, |(_, _, total)| total)
 }
 
-/// Output rows per unit: 64 when an expert has one column (GEMV), else 16.
-fn unit_rows(cols: usize) -> usize {
-    if cols == 1 { 64 } else { 16 }
+/// Output rows per unit of an expert with `cols` columns whose weight rows
+/// are `a_row` bytes: 16, or for one column (decoding: the one-column
+/// kernels, which read a unit's rows as four streams) about
+/// [`super::COLUMN_CHUNK_BYTES`] of weights, 64 to 512 rows. Measured
+/// with Qwen3 30B-A3B's experts (768 rows of 2048, 8 a token; `tessera
+/// bench ops --op MUL_MAT_ID`) on a Xeon with AVX-512, 2 threads, Q4_K:
+/// 64-row units 201 µs an op, 160-row units 184 (ggml 208-213 live).
+fn unit_rows(cols: usize, a_row: usize) -> usize {
+    if cols == 1 {
+        (super::COLUMN_CHUNK_BYTES / a_row.max(1) / 16 * 16).clamp(64, 512)
+    } else {
+        16
+    }
 }
 
 /// Compute this thread's share of a MUL_MAT_ID node.
@@ -171,6 +181,8 @@ struct Map {
     /// the entries (`slot + token * n_used`).
     words: *mut usize,
     rows: usize,
+    /// Bytes of a weight row.
+    a_row: usize,
     /// The weights' layout and the stream's kernels (which experts take
     /// the GEMM: [`super::id_gemm::takes`]).
     a: Layout,
@@ -256,7 +268,7 @@ impl Map {
             pre[e] = total;
             let cols = off[e + 1] - off[e];
             if cols > 0 && !self.gemm(cols) {
-                total += self.rows.div_ceil(unit_rows(cols)) * cols.div_ceil(BLOCK_N);
+                total += self.rows.div_ceil(unit_rows(cols, self.a_row)) * cols.div_ceil(BLOCK_N);
             }
         }
         pre[self.n_as] = total;
@@ -308,7 +320,7 @@ impl Map {
             // The expert of `unit`: the last with prefix <= unit and columns.
             let e = pre.partition_point(|&p| p <= unit).saturating_sub(1);
             let cols = &ent[off[e]..off[e + 1]];
-            let size = unit_rows(cols.len());
+            let size = unit_rows(cols.len(), self.a_row);
             let nc0 = self.rows.div_ceil(size);
             let u = unit - pre[e];
             let (c0, c1) = (u % nc0, u / nc0);
@@ -325,22 +337,36 @@ impl Map {
             let ys = &ys[..j1 - j0];
             // SAFETY: e < n_as (ids checked), a matrix of `as`.
             let a0 = unsafe { plan.a.row(0, e, 0) };
-            for t0 in (r0..r1).step_by(BLOCK_M) {
-                let m = (t0 + BLOCK_M).min(r1) - t0;
-                if plan.a_row == 0 {
-                    tile.iter_mut().for_each(|c| c.fill(0.0));
-                } else {
-                    plan.tile(a0, t0..t0 + m, ys, &mut tile);
+            if let ([y], [ent]) = (ys, &cols[j0..j1]) {
+                // One column (decoding): the one-column kernels, straight
+                // into dst.
+                let (slot, tok) = (ent % n_used, ent / n_used);
+                // SAFETY: a0 is expert e's matrix and r1 <= its rows; dst is
+                // contiguous f32 [m, n_used, n_tokens], row (slot, tok)
+                // exists, and its rows r0..r1 belong to this unit only
+                // (each (slot, tok) pair is in exactly one expert's list).
+                unsafe {
+                    let d = plan.dst.row(slot, tok, 0).cast::<f32>();
+                    plan.column_into(a0, y, d, r0..r1);
                 }
-                for (col, &ent) in tile.iter().zip(&cols[j0..j1]) {
-                    let (slot, tok) = (ent % n_used, ent / n_used);
-                    // SAFETY: dst is contiguous f32 [m, n_used, n_tokens];
-                    // row (slot, tok) exists, and rows t0..t0 + m of it
-                    // belong to this unit only (each (slot, tok) pair is in
-                    // exactly one expert's list).
-                    unsafe {
-                        let d = plan.dst.row(slot, tok, 0).add(t0 * 4);
-                        std::ptr::copy_nonoverlapping(col.as_ptr().cast::<u8>(), d, m * 4);
+            } else {
+                for t0 in (r0..r1).step_by(BLOCK_M) {
+                    let m = (t0 + BLOCK_M).min(r1) - t0;
+                    if plan.a_row == 0 {
+                        tile.iter_mut().for_each(|c| c.fill(0.0));
+                    } else {
+                        plan.tile(a0, t0..t0 + m, ys, &mut tile);
+                    }
+                    for (col, &ent) in tile.iter().zip(&cols[j0..j1]) {
+                        let (slot, tok) = (ent % n_used, ent / n_used);
+                        // SAFETY: dst is contiguous f32 [m, n_used, n_tokens];
+                        // row (slot, tok) exists, and rows t0..t0 + m of it
+                        // belong to this unit only (each (slot, tok) pair is in
+                        // exactly one expert's list).
+                        unsafe {
+                            let d = plan.dst.row(slot, tok, 0).add(t0 * 4);
+                            std::ptr::copy_nonoverlapping(col.as_ptr().cast::<u8>(), d, m * 4);
+                        }
                     }
                 }
             }
@@ -390,6 +416,7 @@ fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
             // multiple of 64 from a 64-aligned pointer, so usize-aligned.
             words: unsafe { s.ptr.add(head) }.cast::<usize>(),
             rows: la.ne[1],
+            a_row: la.row_bytes(),
             a: la,
             isa: ctx.isa,
             area: super::super::Scratch {
