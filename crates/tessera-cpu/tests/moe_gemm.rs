@@ -1,8 +1,10 @@
 //! MUL_MAT_ID whose experts have many tokens (a prompt's) through the
 //! packed GEMM (`kernels/matmul/id_gemm.rs`), end to end on a CPU stream:
-//! experts with many columns take the GEMM (from 8 columns here), one with
-//! few the tile kernels, one none; activations per slot and broadcast;
-//! against an f64 product of the dequantized weights, on 1 to 3 threads.
+//! experts with many columns take the GEMM (from 8 columns here; over 256
+//! columns or 1,024 rows in several calls), one with few the tile kernels, one none; an expert
+//! picked twice by each token; activations per slot and broadcast; and
+//! decoding's one-column experts; against an f64 product of the
+//! dequantized weights, on 1 to 3 threads.
 //! Tolerances (NMSE) as `tests/gemm.rs`'s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -116,6 +118,12 @@ fn experts_with_many_tokens_take_the_gemm() {
         let k = if t.block_size() == 256 { 512 } else { 320 };
         check(t, k, 37, 1, 48);
         check(t, k, 70, 2, 33);
+        // Expert 0's 300 columns: two GEMM calls of 150.
+        check(t, k, 21, 2, 300);
+        // 1,100 rows: two GEMM calls of 550 rows.
+        check(t, k, 1100, 2, 24);
+        // Both slots of every token to one expert: 10 columns of 5 tokens.
+        check_routed(t, (k, 37), 2, 5, (6, 2), |_, _| 0);
     }
 }
 

@@ -104,7 +104,7 @@ pub fn mul_mat(ctx: &NodeCtx) -> Result<()> {
     }
     let plan = Plan::new(ctx);
     let converted = match &plan {
-        Ok(p) => p.convert_share(ctx),
+        Ok(p) => p.convert_share(ctx, None),
         Err(_) => Ok(()),
     };
     if let Ok(p) = &plan
@@ -366,8 +366,10 @@ impl<'s> Plan<'s> {
         (j % n1, j / n1 % n2, j / (n1 * n2))
     }
 
-    /// Phase 1: convert this thread's share of `b` into the scratch.
-    fn convert_share(&self, ctx: &NodeCtx) -> Result<()> {
+    /// Phase 1: convert this thread's share of `b` into the scratch (only
+    /// the rows `j` with `needed[j]`, where given: the others are never
+    /// read).
+    fn convert_share(&self, ctx: &NodeCtx, needed: Option<&[bool]>) -> Result<()> {
         let k = self.b.ne(0);
         if !self.converted || k == 0 {
             return Ok(());
@@ -380,6 +382,10 @@ impl<'s> Plan<'s> {
         while u < units.end {
             let (row, g0) = (u / groups, u % groups);
             let g1 = groups.min(g0 + (units.end - u));
+            if needed.is_some_and(|n| !n.get(row).copied().unwrap_or(true)) {
+                u += g1 - g0;
+                continue;
+            }
             let (e0, e1) = (g0 * GROUP, (g1 * GROUP).min(k));
             let (i11, i12, i13) = self.col_index(row);
             // SAFETY: row < rows(b), so (i11, i12, i13) is in range and

@@ -73,9 +73,10 @@ fn id_scratch_parts(
     let head = scratch_bytes(&one, b)?.checked_add(63)? / 64 * 64;
     let map = map_words(a, ids)?.checked_mul(size_of::<usize>())?;
     let area = head.checked_add(map)?.checked_add(63)? / 64 * 64;
-    let gemm = if super::id_gemm::takes(a, (b.ne[2], b.ne[2]), isa) {
-        let (acts, outs, g) = super::id_gemm::scratch_parts(a, b, nth)?;
-        acts.checked_add(outs)?.checked_add(g)?
+    // Only where an expert of every token's columns could take the GEMM
+    // (not decoding's one token).
+    let gemm = if super::id_gemm::takes(a, b.ne[2], isa) {
+        super::id_gemm::area_bytes(a, b, ids.ne[0], nth)?
     } else {
         0
     };
@@ -118,7 +119,7 @@ fn unit_rows(cols: usize, a_row: usize) -> usize {
 pub fn mul_mat_id(ctx: &NodeCtx) -> Result<()> {
     let prep = prepare(ctx);
     let converted = match &prep {
-        Ok((p, _)) => p.convert_share(ctx),
+        Ok((p, m)) => p.convert_share(ctx, m.rows_for_tiles(p).as_deref()),
         Err(_) => Ok(()),
     };
     let checked = match &prep {
@@ -130,6 +131,7 @@ pub fn mul_mat_id(ctx: &NodeCtx) -> Result<()> {
         && checked.is_ok()
     {
         p.counter.store(ctx.nth, Ordering::Relaxed);
+        gemm_counter(ctx).store(ctx.nth, Ordering::Relaxed);
         failure_flag(ctx).store(0, Ordering::Relaxed);
         m.group();
     }
@@ -169,6 +171,22 @@ fn failure_flag<'c>(ctx: &'c NodeCtx<'_>) -> &'c std::sync::atomic::AtomicUsize 
             .scratch
             .ptr
             .add(size_of::<usize>())
+            .cast::<std::sync::atomic::AtomicUsize>()
+    }
+}
+
+/// The third word of the scratch's counter bytes: the experts' GEMM calls
+/// handed out ([`super::id_gemm::multiply`]), set by thread 0 before the
+/// first barrier. Only once [`prepare`] has succeeded.
+fn gemm_counter<'c>(ctx: &'c NodeCtx<'_>) -> &'c std::sync::atomic::AtomicUsize {
+    const _: () = assert!(COUNTER_BYTES >= 3 * size_of::<usize>());
+    // SAFETY: as `failure_flag`'s: word 2 of the counter bytes, used only
+    // here, atomically, by the node's threads.
+    unsafe {
+        &*ctx
+            .scratch
+            .ptr
+            .add(2 * size_of::<usize>())
             .cast::<std::sync::atomic::AtomicUsize>()
     }
 }
@@ -274,9 +292,46 @@ impl Map {
         pre[self.n_as] = total;
     }
 
+    /// Which rows of `b` the tile kernels read (`None`: all of them, or no
+    /// expert can take the GEMM): those of (slot, token) pairs whose expert
+    /// has too few columns for the GEMM, which gathers its columns from `b`
+    /// as they are. Every thread finds the same (ids are only read; an id
+    /// out of range counts as read, and fails the node later). A prompt's
+    /// experts all taking the GEMM spares converting `b` at all.
+    fn rows_for_tiles(&self, plan: &Plan) -> Option<Vec<bool>> {
+        if self.area.len == 0 {
+            return None;
+        }
+        let (n_used, n_tok, ne11) = (self.ids.ne(0), self.ids.ne(1), plan.b.ne(1));
+        let mut count = vec![0usize; self.n_as];
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                if let Some(c) = usize::try_from(self.id(s, t))
+                    .ok()
+                    .and_then(|e| count.get_mut(e))
+                {
+                    *c += 1;
+                }
+            }
+        }
+        let mut needed = vec![false; ne11 * n_tok];
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                let tiles = usize::try_from(self.id(s, t))
+                    .ok()
+                    .and_then(|e| count.get(e))
+                    .is_none_or(|&c| !self.gemm(c));
+                if tiles && let Some(r) = needed.get_mut(s % ne11 + t * ne11) {
+                    *r = true;
+                }
+            }
+        }
+        Some(needed)
+    }
+
     /// Whether an expert of `cols` columns takes the GEMM (phase 3).
     fn gemm(&self, cols: usize) -> bool {
-        super::id_gemm::takes(&self.a, (cols, self.ids.ne(1)), self.isa)
+        self.area.len > 0 && super::id_gemm::takes(&self.a, cols, self.isa)
     }
 
     /// Phase 3: the experts that take the GEMM, by every thread.
@@ -297,7 +352,13 @@ impl Map {
             return Ok(());
         }
         let experts: Vec<&[usize]> = off.windows(2).map(|w| &ent[w[0]..w[1]]).collect();
-        super::id_gemm::multiply(ctx, (plan.a, plan.b, plan.dst), &experts, self.area)
+        super::id_gemm::multiply(
+            ctx,
+            (plan.a, plan.b, plan.dst),
+            &experts,
+            self.area,
+            gemm_counter(ctx),
+        )
     }
 
     /// Phase 2: units until none are left.
