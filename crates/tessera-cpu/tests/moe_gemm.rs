@@ -122,8 +122,9 @@ fn experts_with_many_tokens_take_the_gemm() {
         check(t, k, 21, 2, 300);
         // 1,100 rows: two GEMM calls of 550 rows.
         check(t, k, 1100, 2, 24);
-        // Both slots of every token to one expert: 10 columns of 5 tokens.
-        check_routed(t, (k, 37), 2, 5, (6, 2), |_, _| 0);
+        // Both slots of every token to one expert: 24 columns of 12 tokens
+        // (the GEMM, whose area is sized for every pair).
+        check_routed(t, (k, 37), 2, 12, (6, 2), |_, _| 0);
     }
 }
 

@@ -2,7 +2,8 @@
 //! over workgroups.
 //!
 //! Prompts over F16 caches take blocks of query rows a workgroup
-//! ([`crate::attention_tiles`]). Otherwise two kernels compute attention
+//! ([`crate::attention_tiles`]), unless few rows over a long cache are
+//! split (below). Otherwise two kernels compute attention
 //! (see their headers): `attention_rows.wgsl` for F16 caches of the usual
 //! head sizes, `attention.wgsl` (four teams) for everything else. Both
 //! give each query row one workgroup, which
@@ -79,20 +80,29 @@ pub(crate) fn encode(
     mut q8: Option<&mut matvec_q8::Compute>,
 ) -> Result<()> {
     let [q, k, v] = at.qkv;
-    // Prompts: blocks of query rows ([`crate::attention_tiles`]).
-    let tiles = crate::attention_tiles::body_for(
-        &core.limits,
-        &q.layout,
-        (&k.layout, k.offset),
-        (&v.layout, v.offset),
-    );
-    let rows_kernel = tiles.is_none() && rows_takes(&k.layout, &v.layout, k.offset, v.offset);
     let rows = q.layout.nrows();
-    let parts = if rows_kernel {
+    let rows_fit = rows_takes(&k.layout, &v.layout, k.offset, v.offset);
+    let split_parts = if rows_fit {
         parts(rows, k.layout.ne[1])
     } else {
         1
     };
+    // Prompts: blocks of query rows ([`crate::attention_tiles`]), unless a
+    // few rows over a long cache are split over more workgroups by the
+    // row kernel (a block of 8 queries over 4,096 keys would be one
+    // workgroup a head).
+    let tiles = if split_parts > 1 || teams() {
+        None
+    } else {
+        crate::attention_tiles::body_for(
+            &core.limits,
+            &q.layout,
+            (&k.layout, k.offset),
+            (&v.layout, v.offset),
+        )
+    };
+    let rows_kernel = tiles.is_none() && rows_fit;
+    let parts = if rows_kernel { split_parts } else { 1 };
     let dv = v.layout.ne[0];
     // The parts' region (for this node only) and the quantization's are
     // both taken from the scratch, so they are apart: the merge never
@@ -221,8 +231,7 @@ fn merge(
 /// `TESSERA_WGPU_FA=teams` keeps every attention on `attention.wgsl`, for
 /// measuring.
 fn rows_takes(k: &tessera::Layout, v: &tessera::Layout, k_off: usize, v_off: usize) -> bool {
-    static TEAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *TEAMS.get_or_init(|| std::env::var("TESSERA_WGPU_FA").is_ok_and(|v| v.trim() == "teams")) {
+    if teams() {
         return false;
     }
     let words = |l: &tessera::Layout, off: usize| {
@@ -237,6 +246,12 @@ fn rows_takes(k: &tessera::Layout, v: &tessera::Layout, k_off: usize, v_off: usi
         && dk.is_multiple_of(32)
         && dk <= 256
         && matches!(dv, 32 | 64 | 128 | 256)
+}
+
+/// `TESSERA_WGPU_FA=teams`: every attention on `attention.wgsl`.
+fn teams() -> bool {
+    static TEAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TEAMS.get_or_init(|| std::env::var("TESSERA_WGPU_FA").is_ok_and(|v| v.trim() == "teams"))
 }
 
 /// Workgroups per query row for `rows` rows over `n_kv` keys (1: no split).

@@ -11,7 +11,9 @@
 //!
 //! Taken for F16 caches of contiguous rows (as `attention_rows.wgsl`),
 //! `dk` a multiple of 8 no larger than `dv`, `dv` 64, 128 or 256, at least
-//! [`MIN_QUERIES`] queries, and 16 KiB of workgroup memory;
+//! [`MIN_QUERIES`] queries, and 16 KiB of workgroup memory, except where
+//! the row kernel splits a long cache over workgroups (fewer than 128
+//! query rows over more than 768 keys: [`crate::attention`]);
 //! `TESSERA_WGPU_FA_TILES=0` leaves prompts to the row kernels, for
 //! measuring.
 

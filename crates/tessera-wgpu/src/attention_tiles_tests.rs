@@ -310,3 +310,29 @@ fn the_rows_written_are_quantized_for_the_product() {
         assert_eq!(bits(&fused.product), bits(&separate.product), "{c:?}");
     }
 }
+
+/// A few queries over a long cache stay with the row kernel, which splits
+/// the cache over workgroups (8 queries of 4 heads over 1,100 keys), and
+/// are right; over 700 keys (no split) they take the blocks.
+#[test]
+fn few_queries_over_a_long_cache_are_split_instead() {
+    if crate::test_device().is_none() {
+        return;
+    }
+    for (n_kv, blocks) in [(1100, 0), (700, 1)] {
+        let c = Case {
+            n_q: 8,
+            n_kv,
+            ..BASE
+        };
+        let out = run(&c, true, false);
+        assert_eq!(out.tiles, blocks, "{c:?}");
+        let big = out.want.iter().fold(0f64, |a, b| a.max(b.abs()));
+        for (i, (&g, &w)) in out.attention.iter().zip(&out.want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= 2e-5 * big,
+                "{c:?}: value {i}: {g} vs {w}"
+            );
+        }
+    }
+}

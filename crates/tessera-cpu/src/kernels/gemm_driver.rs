@@ -43,6 +43,10 @@ pub(crate) struct Plan {
     /// (`exec::tables`, [`super::gemm_shared_b`]): where it is, and whether
     /// this node packs it (else it only reads it).
     shared: Option<(*mut u8, bool)>,
+    /// One thread computes the product (MUL_MAT_ID's experts, each on a
+    /// thread of its own): it takes the units in order, so the next rows'
+    /// first slice is worth prefetching during a unit's last.
+    single: bool,
 }
 
 /// One thread's buffers: A panels (f32, or codes then scales), conversion
@@ -122,6 +126,7 @@ impl Plan {
             sizes,
             scratch: s.ptr,
             shared,
+            single: ctx.nth <= 1,
         })
     }
 
@@ -541,6 +546,16 @@ impl Plan {
         calls: usize,
     ) -> SlicePrefetch {
         if l0 >= self.k {
+            // After the last slice: on one thread, the next unit is the
+            // next rows (of the same column groups: `split` makes one
+            // column range on one thread), whose first slice would
+            // otherwise come from memory at its first packing (a third of
+            // a Q4_K MUL_MAT_ID prompt's time waited there, at the first
+            // byte of each block).
+            let next = rows.end..(rows.end + rows.len()).min(self.m);
+            if self.single && !next.is_empty() && self.a.packing == Packing::Standard {
+                return self.next_slice(a0, &next, 0, slice, calls);
+            }
             return SlicePrefetch::none();
         }
         let t = self.a.layout.dtype;

@@ -4,18 +4,20 @@
 //! `dst[:, e, t] = as[:, :, ids[e, t]]^T b[:, e % ne11, t]`.
 //!
 //! The MUL_MAT machinery ([`Plan`]) with ggml's grouping:
-//! 1. every thread converts its share of `b` to the weights' dot type (as
-//!    MUL_MAT) and checks every id (an id outside `0..n_as` is an
-//!    [`Error::OutOfBounds`] naming it, returned by every thread after the
-//!    barrier; nothing is written); thread 0 groups the (slot, token) pairs
-//!    by expert (a counting sort into the scratch);
-//! 2. the work is cut into units of (expert, up to 16 or 64 weight rows, up
-//!    to [`BLOCK_N`] of the columns routed to that expert) handed out by the
-//!    shared counter, and each unit is one [`Plan::tile`] call: the weight
-//!    rows of an expert are read once for all the tokens routed to it (a
-//!    GEMV at decode);
+//! 1. every thread converts its share of the rows of `b` the tile kernels
+//!    will read to the weights' dot type (as MUL_MAT) and checks every id
+//!    (an id outside `0..n_as` is an [`Error::OutOfBounds`] naming it,
+//!    returned by every thread after the barrier; nothing is written);
+//!    thread 0 groups the (slot, token) pairs by expert (a counting sort
+//!    into the scratch);
+//! 2. the work is cut into units of (expert, up to 16 weight rows, up to
+//!    [`BLOCK_N`] of the columns routed to that expert) handed out by the
+//!    shared counter, each one [`Plan::tile`] call: the weight rows of an
+//!    expert are read once for all the tokens routed to it; an expert with
+//!    one column (decoding) takes the one-column kernels instead, by units
+//!    of ~192 KiB of weights ([`Plan::column_into`]);
 //! 3. experts with as many columns as the packed GEMM takes (a prompt's)
-//!    take it instead, one after the other ([`super::id_gemm`]).
+//!    take it instead, each call on one thread ([`super::id_gemm`]).
 
 use std::sync::atomic::Ordering;
 
@@ -59,7 +61,7 @@ fn map_words(a: &Layout, ids: &Layout) -> Option<usize> {
 /// Scratch of the whole node: [`scratch_bytes`] (counter and converted `b`)
 /// rounded to 64, then the expert map, then (at a multiple of 64) the
 /// experts' GEMM area where an expert could take it
-/// ([`super::id_gemm::scratch_parts`]): (head, start of the GEMM area,
+/// ([`super::id_gemm::area_bytes`]): (head, start of the GEMM area,
 /// total); `None` on overflow.
 fn id_scratch_parts(
     a: &Layout,

@@ -10,8 +10,9 @@
 //! llama.cpp's.
 //!
 //! The threads take whole experts (or up to [`CALL_COLS`] of an expert's
-//! columns by up to [`CALL_ROWS`] of its rows) from a shared counter, each gathering, multiplying on one
-//! thread and scattering in its own part of the scratch: no barrier
+//! columns by up to [`CALL_ROWS`] of its rows) from a shared counter,
+//! each gathering, multiplying on one thread and scattering in its own
+//! part of the scratch: no barrier
 //! between experts (four an expert when all threads shared each expert's
 //! GEMM), and the threads stream different experts' weights side by side.
 //! Qwen3 30B-A3B's experts (`tessera bench ops --op MUL_MAT_ID`, n = 512,
@@ -54,16 +55,24 @@ fn gathered(k: usize, cols: usize) -> Result<Layout> {
 /// Most columns of one GEMM call: an expert with more takes several,
 /// of equal size.
 const CALL_COLS: usize = 256;
-/// Most weight rows of one GEMM call (a multiple of the GEMM's `MC`): an
-/// expert with more (Mixtral's 14,336) is cut into calls of equal size,
-/// so that few large experts still give every thread work, and a
-/// thread's results stay small.
+/// Most weight rows of one GEMM call: an expert with more (Mixtral's
+/// 14,336) is cut into calls of whole `MC` blocks of rows (the last one
+/// shorter), so that few large experts still give every thread work, and
+/// a thread's results stay small.
 const CALL_ROWS: usize = 1024;
+const _: () = assert!(CALL_ROWS.is_multiple_of(gemm::MC));
 
-/// The row blocks of an expert of `m` rows: how many, and the rows of each.
+/// The row blocks of an expert of `m` rows: how many, and the rows of
+/// each but the last (whole `MC` blocks, at most [`CALL_ROWS`]; the last
+/// has the rest, at least one row).
 fn row_blocks(m: usize) -> (usize, usize) {
     let n = m.div_ceil(CALL_ROWS).max(1);
-    (n, m.div_ceil(n))
+    let block = m
+        .div_ceil(n)
+        .next_multiple_of(gemm::MC)
+        .min(CALL_ROWS)
+        .min(m.max(1));
+    (m.div_ceil(block.max(1)).max(1), block)
 }
 
 /// The calls of an expert of `cols` columns: how many, and the columns
