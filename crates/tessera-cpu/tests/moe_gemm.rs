@@ -14,6 +14,18 @@ mod cpu_util;
 use cpu_util::{Rng, place};
 use tessera::{DType, Graph, quant};
 
+/// The weight types of both tests: float, the integer GEMM's block
+/// families (32- and 256-value blocks) and a table type.
+const TYPES: [DType; 7] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4K,
+    DType::Q6K,
+    DType::IQ4XS,
+];
+
 fn tolerance(t: DType) -> f64 {
     match t {
         DType::F32 => 1e-10,
@@ -106,15 +118,7 @@ fn check_routed(
 fn experts_with_many_tokens_take_the_gemm() {
     // Every test here sets the same value (one test): from 8 columns.
     tessera_cpu::tuning::set_gemm_min_cols(Some(8));
-    for t in [
-        DType::F32,
-        DType::F16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4K,
-        DType::Q6K,
-        DType::IQ4XS,
-    ] {
+    for t in TYPES {
         let k = if t.block_size() == 256 { 512 } else { 320 };
         check(t, k, 37, 1, 48);
         check(t, k, 70, 2, 33);
@@ -135,15 +139,7 @@ fn experts_with_many_tokens_take_the_gemm() {
 /// slot and broadcast.
 #[test]
 fn experts_with_one_column_take_the_one_column_kernels() {
-    for t in [
-        DType::F32,
-        DType::F16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4K,
-        DType::Q6K,
-        DType::IQ4XS,
-    ] {
+    for t in TYPES {
         let k = if t.block_size() == 256 { 256 } else { 320 };
         let spread = |tok: usize, slot: usize| (tok * 3 + slot * 2) % 16;
         check_routed(t, (k, 700), 8, 1, (16, 8), spread);

@@ -303,7 +303,7 @@ pub(crate) fn scratch_bytes(graph: &Graph, range: std::ops::Range<usize>) -> usi
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
-mod tests {
+pub(crate) mod tests {
     use tessera::{DType, Graph, Stream};
 
     const D: usize = 64;
@@ -311,14 +311,15 @@ mod tests {
     const KV_HEADS: usize = 2;
     const N_KV: usize = 1100;
 
-    fn wave(n: usize, s: usize, scale: f32) -> Vec<f32> {
+    /// `n` values of a saw wave of step `s` over [-scale, scale).
+    pub(crate) fn wave(n: usize, s: usize, scale: f32) -> Vec<f32> {
         (0..n)
             .map(|i| (((i * s) % 113) as f32 / 56.0 - 1.0) * scale)
             .collect()
     }
 
     /// `values` rounded to F16 (the bytes and the values they hold).
-    fn f16(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    pub(crate) fn f16(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let mut b = vec![0u8; values.len() * 2];
         tessera::quant::from_f32(DType::F16, values, &mut b).unwrap();
         let mut back = vec![0f32; values.len()];

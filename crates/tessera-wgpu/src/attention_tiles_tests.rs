@@ -5,6 +5,8 @@ use tessera::{DType, Graph, Stream};
 use tessera_testkit::reference::Dense;
 use tessera_testkit::reference::attention::{AttnParams, flash_attn_ext_sinks};
 
+use crate::attention::tests::{f16, wave};
+
 /// One attention to compute.
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -36,21 +38,6 @@ const BASE: Case = Case {
     softcap: 0.0,
     q_permuted: false,
 };
-
-fn wave(n: usize, s: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (((i * s) % 113) as f32 / 56.0 - 1.0) * scale)
-        .collect()
-}
-
-/// `values` rounded to F16: the bytes, and the values they hold.
-fn f16(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
-    let mut b = vec![0u8; values.len() * 2];
-    tessera::quant::from_f32(DType::F16, values, &mut b).unwrap();
-    let mut back = vec![0f32; values.len()];
-    tessera::quant::to_f32(DType::F16, &b, &mut back).unwrap();
-    (b, back)
-}
 
 /// The mask of query `iq` (of `n_q`, the last at key `n_kv - 1`) at key
 /// `j`, in batch `i3`: causal, every eleventh key (shifted by query and

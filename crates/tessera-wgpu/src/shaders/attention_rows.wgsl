@@ -27,18 +27,6 @@ var<workgroup> ar_acc: array<f32, 2048>; // S x dv partial outputs
 
 // (Reductions: reduce_tree.wgsl or reduce_subgroup.wgsl, prepended.)
 
-fn ar_lo(v: vec4<u32>) -> vec4<f32> {
-    let a = unpack2x16float(v.x);
-    let b = unpack2x16float(v.y);
-    return vec4<f32>(a.x, a.y, b.x, b.y);
-}
-
-fn ar_hi(v: vec4<u32>) -> vec4<f32> {
-    let a = unpack2x16float(v.z);
-    let b = unpack2x16float(v.w);
-    return vec4<f32>(a.x, a.y, b.x, b.y);
-}
-
 // The query (in ar_q) dotted with the K row at byte `row`, dk values.
 fn ar_dot(row: u32, dk: u32) -> f32 {
     var s = vec4<f32>(0.0);
@@ -55,8 +43,8 @@ fn ar_dot(row: u32, dk: u32) -> f32 {
         let q5 = vec4<f32>(ar_q[d + 20u], ar_q[d + 21u], ar_q[d + 22u], ar_q[d + 23u]);
         let q6 = vec4<f32>(ar_q[d + 24u], ar_q[d + 25u], ar_q[d + 26u], ar_q[d + 27u]);
         let q7 = vec4<f32>(ar_q[d + 28u], ar_q[d + 29u], ar_q[d + 30u], ar_q[d + 31u]);
-        s = s + q0 * ar_lo(v0) + q1 * ar_hi(v0) + q2 * ar_lo(v1) + q3 * ar_hi(v1)
-            + q4 * ar_lo(v2) + q5 * ar_hi(v2) + q6 * ar_lo(v3) + q7 * ar_hi(v3);
+        s = s + q0 * fa_lo(v0) + q1 * fa_hi(v0) + q2 * fa_lo(v1) + q3 * fa_hi(v1)
+            + q4 * fa_lo(v2) + q5 * fa_hi(v2) + q6 * fa_lo(v3) + q7 * fa_hi(v3);
     }
     return (s.x + s.y) + (s.z + s.w);
 }
@@ -156,8 +144,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
                 for (var k = 0u; k < 4u; k = k + 1u) {
                     if (ws[k] != 0.0) {
-                        acc_lo = acc_lo + ws[k] * ar_lo(vs[k]);
-                        acc_hi = acc_hi + ws[k] * ar_hi(vs[k]);
+                        acc_lo = acc_lo + ws[k] * fa_lo(vs[k]);
+                        acc_hi = acc_hi + ws[k] * fa_hi(vs[k]);
                     }
                 }
             }

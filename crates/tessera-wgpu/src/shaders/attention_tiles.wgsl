@@ -38,18 +38,6 @@ fn at_si(r: u32, c: u32) -> u32 {
     return r * 64u + ((c + r) & 63u);
 }
 
-fn at_lo(v: vec4<u32>) -> vec4<f32> {
-    let a = unpack2x16float(v.x);
-    let b = unpack2x16float(v.y);
-    return vec4<f32>(a.x, a.y, b.x, b.y);
-}
-
-fn at_hi(v: vec4<u32>) -> vec4<f32> {
-    let a = unpack2x16float(v.z);
-    let b = unpack2x16float(v.w);
-    return vec4<f32>(a.x, a.y, b.x, b.y);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lidv: vec3<u32>) {
@@ -124,8 +112,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let krow = kb + j * P.nb_1.y;
             for (var d = 0u; d < dk; d = d + 8u) {
                 let kv = s1_v4(krow + 2u * d);
-                let lo = at_lo(kv);
-                let hi = at_hi(kv);
+                let lo = fa_lo(kv);
+                let hi = fa_hi(kv);
                 for (var i = 0u; i < AT_QPT; i = i + 1u) {
                     let qa = ((qr + i) * dk + d) / 4u;
                     sc[i] = sc[i] + (dot(at_q[qa], lo) + dot(at_q[qa + 1u], hi));
@@ -189,8 +177,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 for (var k = 0u; k < 4u; k = k + 1u) {
                     sum = sum + ws[k];
                     if (ws[k] != 0.0) {
-                        acc_lo = acc_lo + ws[k] * at_lo(vs[k]);
-                        acc_hi = acc_hi + ws[k] * at_hi(vs[k]);
+                        acc_lo = acc_lo + ws[k] * fa_lo(vs[k]);
+                        acc_hi = acc_hi + ws[k] * fa_hi(vs[k]);
                     }
                 }
             }
