@@ -404,10 +404,9 @@ impl Map {
                 // One column (decoding): the one-column kernels, straight
                 // into dst.
                 let (slot, tok) = (ent % n_used, ent / n_used);
-                // SAFETY: a0 is expert e's matrix and r1 <= its rows; dst is
-                // contiguous f32 [m, n_used, n_tokens], row (slot, tok)
-                // exists, and its rows r0..r1 belong to this unit only
-                // (each (slot, tok) pair is in exactly one expert's list).
+                // SAFETY: a0 is expert e's matrix, r1 <= its rows; dst row
+                // (slot, tok) of contiguous f32 [m, n_used, n_tokens] exists,
+                // its rows r0..r1 this unit's only (one expert per pair).
                 unsafe {
                     let d = plan.dst.row(slot, tok, 0).cast::<f32>();
                     plan.column_into(a0, y, d, r0..r1);
@@ -422,10 +421,9 @@ impl Map {
                     }
                     for (col, &ent) in tile.iter().zip(&cols[j0..j1]) {
                         let (slot, tok) = (ent % n_used, ent / n_used);
-                        // SAFETY: dst is contiguous f32 [m, n_used, n_tokens];
-                        // row (slot, tok) exists, and rows t0..t0 + m of it
-                        // belong to this unit only (each (slot, tok) pair is in
-                        // exactly one expert's list).
+                        // SAFETY: dst is contiguous f32 [m, n_used, n_tokens]; row
+                        // (slot, tok) exists; its rows t0..t0 + m are this unit's
+                        // only (each pair is in exactly one expert's list).
                         unsafe {
                             let d = plan.dst.row(slot, tok, 0).add(t0 * 4);
                             std::ptr::copy_nonoverlapping(col.as_ptr().cast::<u8>(), d, m * 4);
