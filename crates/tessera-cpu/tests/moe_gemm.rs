@@ -4,7 +4,8 @@
 //! columns or 1,024 rows in several calls), one with few the tile kernels, one none; an expert
 //! picked twice by each token; activations per slot and broadcast; and
 //! decoding's one-column experts; against an f64 product of the
-//! dequantized weights, on 1 to 3 threads.
+//! dequantized weights, on 1 to 3 threads; experts with a few columns
+//! through the tile kernels by large units.
 //! Tolerances (NMSE) as `tests/gemm.rs`'s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -147,5 +148,22 @@ fn experts_with_one_column_take_the_one_column_kernels() {
         // Token 1's slot 0 goes to token 0's slot 0's expert (0).
         let shared = |tok: usize, slot: usize| if slot == 0 { 0 } else { tok * 7 + slot };
         check_routed(t, (k, 700), 4, 2, (16, 4), shared);
+    }
+}
+
+/// A few tokens: experts with two to four columns take the tile kernels by
+/// units of up to 512 rows (`unit_rows`), 16 rows a call, prefetching the
+/// next tiles' short rows (`row_ahead`): 700 rows are a whole unit and a
+/// partial one; activations per slot and broadcast.
+#[test]
+fn experts_with_few_columns_take_the_tiles_by_large_units() {
+    for t in TYPES {
+        let k = if t.block_size() == 256 { 256 } else { 320 };
+        // 6 tokens x 8 slots over 16 experts: 3 columns an expert.
+        let spread = |tok: usize, slot: usize| (tok * 5 + slot * 2) % 16;
+        check_routed(t, (k, 700), 8, 6, (16, 8), spread);
+        check_routed(t, (k, 700), 1, 6, (16, 8), spread);
+        // Wider rows (fewer rows a unit: several units an expert).
+        check_routed(t, (4 * k, 300), 2, 4, (16, 8), spread);
     }
 }

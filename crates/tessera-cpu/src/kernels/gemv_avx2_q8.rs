@@ -32,13 +32,14 @@ use super::gemv_avx2::imp::{f16_at, hsums};
 /// Blocks per scale gather.
 const SB: usize = 8;
 
-/// Prefetch the `len` bytes of a weight row at `p` plus the machine's
-/// prefetch distance ([`crate::tuning::prefetch_bytes`]: 1536 bytes, 512
-/// on Zen 4) (hints only: prefetching past the end of the row is harmless).
+/// Prefetch the `len` bytes of a weight row at `p` plus the prefetch
+/// distance in force ([`super::row_ahead::distance`]: the machine's, 1536
+/// bytes, 512 on Zen 4, or a tile call's) (hints only: prefetching past the
+/// end of the row is harmless).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
-    let ahead = crate::tuning::prefetch_bytes();
+    let ahead = super::row_ahead::distance();
     let mut o = 0;
     while o < len {
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead + o).cast());
@@ -65,7 +66,7 @@ pub(crate) fn prefetch_l2(p: *const u8, len: usize) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch_far(p: *const u8, len: usize) {
     prefetch(p, len);
-    let far = 4 * crate::tuning::prefetch_bytes();
+    let far = 4 * super::row_ahead::distance();
     let mut o = 0;
     while o < len {
         _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(far + o).cast());

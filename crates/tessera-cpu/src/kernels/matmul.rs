@@ -595,7 +595,9 @@ impl<'s> Plan<'s> {
     /// stays in L1 while all of its (rows, columns) pairs are computed; the
     /// slices' partial sums are added in order. The rows are the outer loop,
     /// so each weight row is still read from memory as one sequential
-    /// stream. One column reads whole rows (nothing to reuse).
+    /// stream. One column reads whole rows (nothing to reuse). Rows read
+    /// whole by several columns are prefetched a tile or two ahead
+    /// ([`super::row_ahead`]).
     #[inline]
     fn tile(
         &self,
@@ -635,6 +637,12 @@ impl<'s> Plan<'s> {
             .take(ys.len())
             .for_each(|col| col[..rows.len()].fill(0.0));
         let mut res = [[0f32; TILE_ROWS]; TILE_COLS];
+        // Short rows read whole: the kernels prefetch the next tiles' rows
+        // (see `row_ahead`); long ones, in slices, further on in the row.
+        let _ahead = (kb >= k)
+            .then(|| super::row_ahead::tile_distance(TILE_ROWS, self.a.nb(1)))
+            .flatten()
+            .map(super::row_ahead::RowAhead::set);
         let mut r0 = rows.start;
         while r0 < rows.end {
             let nr = (rows.end - r0).min(TILE_ROWS);

@@ -243,10 +243,13 @@ pub mod reduce;
 pub mod rope;
 #[cfg(target_arch = "x86_64")]
 mod rope_avx2;
+mod row_ahead;
 pub mod rows;
 pub mod simd;
 #[cfg(target_arch = "x86_64")]
 mod simd_avx2;
+#[cfg(target_arch = "x86_64")]
+mod simd_avx512;
 pub mod softmax;
 pub mod sort;
 pub mod tile;

@@ -1,8 +1,9 @@
 //! Contiguous f32 row primitives shared by the element-wise, normalisation,
 //! soft-max, activation, copy and row-gather kernels, each with a portable
 //! version and an AVX2/FMA/F16C one (`simd_avx2`, `exp_avx2`, `cvt_avx2`;
-//! ROPE's rotation lives in `rope_avx2`); SILU and GELU also on sixteen
-//! lanes with AVX-512 (`exp_avx512`, bit for bit the AVX2 results).
+//! ROPE's rotation lives in `rope_avx2`); SILU, GELU and the binary ops
+//! also on sixteen lanes with AVX-512 (`exp_avx512`, `simd_avx512`, bit
+//! for bit the AVX2 results).
 //!
 //! Why a dispatcher: the kernels pick the instruction set per node
 //! (`NodeCtx::isa`), and the AVX2 functions are `#[target_feature]` code that
@@ -150,6 +151,7 @@ impl Simd {
     /// See the module docs.
     #[inline]
     pub unsafe fn binary(self, op: BinKind, z: *mut f32, x: *const f32, y: *const f32, n: usize) {
+        avx512_or!(self, super::simd_avx512::binary(op, z, x, y, n));
         avx2_or!(self, super::simd_avx2::binary(op, z, x, y, n));
         for i in 0..n {
             // SAFETY: `i < n` (module docs).
@@ -163,6 +165,7 @@ impl Simd {
     /// See the module docs.
     #[inline]
     pub unsafe fn binary_scalar(self, op: BinKind, z: *mut f32, x: *const f32, y: f32, n: usize) {
+        avx512_or!(self, super::simd_avx512::binary_scalar(op, z, x, y, n));
         avx2_or!(self, super::simd_avx2::binary_scalar(op, z, x, y, n));
         for i in 0..n {
             // SAFETY: `i < n` (module docs).

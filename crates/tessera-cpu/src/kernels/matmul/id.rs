@@ -10,12 +10,12 @@
 //!    returned by every thread after the barrier; nothing is written);
 //!    thread 0 groups the (slot, token) pairs by expert (a counting sort
 //!    into the scratch);
-//! 2. the work is cut into units of (expert, up to 16 weight rows, up to
-//!    [`BLOCK_N`] of the columns routed to that expert) handed out by the
-//!    shared counter, each one [`Plan::tile`] call: the weight rows of an
-//!    expert are read once for all the tokens routed to it; an expert with
-//!    one column (decoding) takes the one-column kernels instead, by units
-//!    of ~192 KiB of weights ([`Plan::column_into`]);
+//! 2. the work is cut into units of (expert, ~192 KiB of its weight rows,
+//!    up to [`BLOCK_N`] of the columns routed to that expert) handed out by
+//!    the shared counter, [`Plan::tile`] calls of 16 rows each: the weight
+//!    rows of an expert are read once for all the tokens routed to it; an
+//!    expert with one column (decoding) takes the one-column kernels
+//!    instead ([`Plan::column_into`]);
 //! 3. experts with as many columns as the packed GEMM takes (a prompt's)
 //!    take it instead, each call on one thread ([`super::id_gemm`]).
 
@@ -102,19 +102,19 @@ pub fn mul_mat_id_scratch_size(
     id_scratch_parts(a, b, ids, nth, isa).map_or(usize::MAX, |(_, _, total)| total)
 }
 
-/// Output rows per unit of an expert with `cols` columns whose weight rows
-/// are `a_row` bytes: 16, or for one column (decoding: the one-column
-/// kernels, which read a unit's rows as four streams) about
-/// [`super::COLUMN_CHUNK_BYTES`] of weights, 64 to 512 rows. Measured
-/// with Qwen3 30B-A3B's experts (768 rows of 2048, 8 a token; `tessera
-/// bench ops --op MUL_MAT_ID`) on a Xeon with AVX-512, 2 threads, Q4_K:
-/// 64-row units 201 µs an op, 160-row units 184 (ggml 208-213 live).
-fn unit_rows(cols: usize, a_row: usize) -> usize {
-    if cols == 1 {
-        (super::COLUMN_CHUNK_BYTES / a_row.max(1) / 16 * 16).clamp(64, 512)
-    } else {
-        16
-    }
+/// Output rows per unit of an expert whose weight rows are `a_row` bytes:
+/// about [`super::COLUMN_CHUNK_BYTES`] of weights, 64 to 512 rows, whatever
+/// its columns (up to [`BLOCK_N`] a unit). One column takes the one-column
+/// kernels, which read a unit's rows as four streams; more go through
+/// [`Plan::tile`] [`BLOCK_M`] rows at a time, prefetching the next tiles'
+/// rows. Measured with Qwen3 30B-A3B's experts (768 rows of 2048, 8 a
+/// token; `tessera bench ops --op MUL_MAT_ID`), 2 threads: one column on a
+/// Xeon with AVX-512, Q4_K, 64-row units 201 µs an op, 160-row units 184
+/// (ggml 208-213 live); 32 tokens (about two columns an expert) on an AMD
+/// EPYC Zen 5, units of 16 rows / of this size, both with the tiles'
+/// prefetch, Q4_K 5.4-6.0 / 3.6-3.9 ms, Q8_0 6.7-8.4 / 4.9-6.2.
+fn unit_rows(a_row: usize) -> usize {
+    (super::COLUMN_CHUNK_BYTES / a_row.max(1) / 16 * 16).clamp(64, 512)
 }
 
 /// Compute this thread's share of a MUL_MAT_ID node.
@@ -288,7 +288,7 @@ impl Map {
             pre[e] = total;
             let cols = off[e + 1] - off[e];
             if cols > 0 && !self.gemm(cols) {
-                total += self.rows.div_ceil(unit_rows(cols, self.a_row)) * cols.div_ceil(BLOCK_N);
+                total += self.rows.div_ceil(unit_rows(self.a_row)) * cols.div_ceil(BLOCK_N);
             }
         }
         pre[self.n_as] = total;
@@ -383,7 +383,7 @@ impl Map {
             // The expert of `unit`: the last with prefix <= unit and columns.
             let e = pre.partition_point(|&p| p <= unit).saturating_sub(1);
             let cols = &ent[off[e]..off[e + 1]];
-            let size = unit_rows(cols.len(), self.a_row);
+            let size = unit_rows(self.a_row);
             let nc0 = self.rows.div_ceil(size);
             let u = unit - pre[e];
             let (c0, c1) = (u % nc0, u / nc0);
