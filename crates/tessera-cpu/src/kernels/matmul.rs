@@ -595,8 +595,8 @@ impl<'s> Plan<'s> {
     /// stays in L1 while all of its (rows, columns) pairs are computed; the
     /// slices' partial sums are added in order. The rows are the outer loop,
     /// so each weight row is still read from memory as one sequential
-    /// stream. One column reads whole rows (nothing to reuse). Rows read
-    /// whole by several columns are prefetched a tile or two ahead
+    /// stream. One column reads whole rows (nothing to reuse). Short rows
+    /// read whole are prefetched a tile or two of rows ahead
     /// ([`super::row_ahead`]).
     #[inline]
     fn tile(

@@ -11,8 +11,9 @@
 //! one or two tiles on instead, at the same offset, for the length of the
 //! call ([`RowAhead`]). Measured on an AMD EPYC Zen 5 (2 threads, `tessera
 //! bench ops --op MUL_MAT_ID`, experts of 768 x 2048, 32 tokens of 8
-//! experts: about two columns an expert): Q4_K 6.8 -> 3.6 ms an op, Q6_K
-//! 8.2 -> 4.3, Q8_0 10.4 -> 6.2 (ggml 6.2, 7.1, 7.8).
+//! experts: about two columns an expert, units of ~192 KiB of rows): Q4_K
+//! 6.8 -> 3.6-3.9 ms an op, Q6_K 8.2 -> 4.1-4.6, Q8_0 10.4 -> 4.9-6.4
+//! (ggml 6.2, 7.1, 7.8).
 
 use std::cell::Cell;
 
@@ -33,7 +34,8 @@ pub(crate) fn distance() -> usize {
 
 /// Least distance a tile call of short rows sets: whole tiles of rows
 /// until at least this many bytes (one tile of Q8_0 rows of 2,048 values,
-/// two of Q4_K's; measured above, one tile of Q4_K rows was ~5 % slower).
+/// two of Q4_K's; measured as above, one tile of Q4_K rows ahead took
+/// 3.6-3.9 ms, two 3.3-3.4).
 const MIN_TILE_AHEAD: usize = 8 << 10;
 
 /// Longest rows a tile call prefetches by tiles: longer ones are long

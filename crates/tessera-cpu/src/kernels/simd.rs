@@ -85,6 +85,18 @@ impl BinKind {
             BinKind::Sub => a - b,
         }
     }
+
+    /// The SIMD bodies' const parameter for the op: 0 add, 1 mul, 2 div,
+    /// 3 sub.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            BinKind::Add => 0,
+            BinKind::Mul => 1,
+            BinKind::Div => 2,
+            BinKind::Sub => 3,
+        }
+    }
 }
 
 /// Dispatch to the AVX2 body when `$s.avx2` (x86-64 only), else fall through.

@@ -74,15 +74,6 @@ fn sop<const OP: u8>(a: f32, b: f32) -> f32 {
     }
 }
 
-const fn op_code(op: BinKind) -> u8 {
-    match op {
-        BinKind::Add => 0,
-        BinKind::Mul => 1,
-        BinKind::Div => 2,
-        BinKind::Sub => 3,
-    }
-}
-
 /// `z[i] = x[i] op y[i]`.
 ///
 /// # Safety
@@ -91,7 +82,7 @@ const fn op_code(op: BinKind) -> u8 {
 pub unsafe fn binary(op: BinKind, z: *mut f32, x: *const f32, y: *const f32, n: usize) {
     // SAFETY: forwarded preconditions.
     unsafe {
-        match op_code(op) {
+        match op.code() {
             0 => bin_vv::<0>(z, x, y, n),
             1 => bin_vv::<1>(z, x, y, n),
             3 => bin_vv::<3>(z, x, y, n),
@@ -136,7 +127,7 @@ unsafe fn bin_vv<const OP: u8>(z: *mut f32, x: *const f32, y: *const f32, n: usi
 pub unsafe fn binary_scalar(op: BinKind, z: *mut f32, x: *const f32, y: f32, n: usize) {
     // SAFETY: forwarded preconditions.
     unsafe {
-        match op_code(op) {
+        match op.code() {
             0 => bin_vs::<0>(z, x, y, n),
             1 => bin_vs::<1>(z, x, y, n),
             3 => bin_vs::<3>(z, x, y, n),

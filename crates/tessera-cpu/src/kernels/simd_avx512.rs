@@ -27,15 +27,6 @@ fn vop<const OP: u8>(a: __m512, b: __m512) -> __m512 {
     }
 }
 
-const fn op_code(op: BinKind) -> u8 {
-    match op {
-        BinKind::Add => 0,
-        BinKind::Mul => 1,
-        BinKind::Div => 2,
-        BinKind::Sub => 3,
-    }
-}
-
 /// `z[i] = x[i] op y[i]`.
 ///
 /// # Safety
@@ -44,7 +35,7 @@ const fn op_code(op: BinKind) -> u8 {
 pub unsafe fn binary(op: BinKind, z: *mut f32, x: *const f32, y: *const f32, n: usize) {
     // SAFETY: forwarded preconditions.
     unsafe {
-        match op_code(op) {
+        match op.code() {
             0 => bin::<0, false>(z, x, y, n),
             1 => bin::<1, false>(z, x, y, n),
             3 => bin::<3, false>(z, x, y, n),
@@ -62,7 +53,7 @@ pub unsafe fn binary_scalar(op: BinKind, z: *mut f32, x: *const f32, y: f32, n: 
     let y = std::ptr::from_ref(&y);
     // SAFETY: forwarded preconditions; `y` is one readable f32.
     unsafe {
-        match op_code(op) {
+        match op.code() {
             0 => bin::<0, true>(z, x, y, n),
             1 => bin::<1, true>(z, x, y, n),
             3 => bin::<3, true>(z, x, y, n),
