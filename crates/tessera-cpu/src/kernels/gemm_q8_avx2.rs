@@ -38,13 +38,13 @@ pub(crate) mod imp {
     use std::arch::x86_64::*;
 
     use tessera::DType;
-    use tessera::quant::get_scale_min_k4;
 
     use super::Q8Kernels;
     use crate::isa::Isa;
     use crate::kernels::gemm_avx2::imp::{f16_at, transpose};
     use crate::kernels::gemm_pack::store_tile;
     use crate::kernels::gemm_q8::{QTile, UnpackFn};
+    use crate::kernels::gemv_avx2::imp::q4k_scales_mins;
 
     /// Rows per panel: 8 lanes of 4 codes.
     const MR: usize = 8;
@@ -247,7 +247,6 @@ pub(crate) mod imp {
             unsafe {
                 let x = src.add(144 * b);
                 let (d, dmin) = (f16_at(x), f16_at(x.add(2)));
-                let packed = x.add(4).cast::<[u8; 12]>().read();
                 let out = codes.add(256 * b);
                 for i in 0..4 {
                     let q = _mm256_loadu_si256(x.add(16 + 32 * i).cast());
@@ -255,10 +254,18 @@ pub(crate) mod imp {
                     let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), mask);
                     _mm256_storeu_si256(out.add(64 * i + 32).cast(), hi);
                 }
+                // The eight scales and mins at once (bytes 4..20 of the
+                // block), each one product as the scalar `d * sc`,
+                // `-dmin * m`; then stored at their stride.
+                let sm = q4k_scales_mins(x.add(4));
+                let scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+                let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sm)));
+                let (mut ws, mut os) = ([0f32; 8], [0f32; 8]);
+                _mm256_storeu_ps(ws.as_mut_ptr(), _mm256_mul_ps(scales, _mm256_set1_ps(d)));
+                _mm256_storeu_ps(os.as_mut_ptr(), _mm256_mul_ps(mins, _mm256_set1_ps(-dmin)));
                 for j in 0..8 {
-                    let (sc, m) = get_scale_min_k4(j, &packed);
-                    *w.add((8 * b + j) * st) = d * f32::from(sc);
-                    *o.add((8 * b + j) * st) = -dmin * f32::from(m);
+                    *w.add((8 * b + j) * st) = ws[j];
+                    *o.add((8 * b + j) * st) = os[j];
                 }
             }
         }

@@ -222,28 +222,30 @@ fn integer_packing_reproduces_the_weights() {
             let bytes: Vec<u8> = (0..rows).flat_map(|_| encoded(t, k, &mut rng)).collect();
             // The SIMD unpacker, where the set has one (else `pack_a_q8`
             // uses the portable one), equals the portable one.
+            // Row 1 whole (two or more blocks), its scales at stride 3.
             if let Some(f) = (qk.unpack)(t) {
-                let nblk = 256 / bs;
-                let mut codes = vec![0u8; 256];
-                let mut w = vec![0f32; 256 / s];
-                let mut o = vec![0f32; 256 / s];
-                // SAFETY: row 0's second 256 values: nblk blocks, 256 codes, 256 / s sub-blocks.
+                let (nblk, st) = (k / bs, 3);
+                let mut codes = vec![0u8; k];
+                let mut w = vec![0f32; k / s * st];
+                let mut o = vec![0f32; k / s * st];
+                // SAFETY: row 1: nblk blocks, k codes, k / s sub-blocks at stride st.
                 unsafe {
                     f(
-                        bytes.as_ptr().add(row_bytes / 2),
+                        bytes.as_ptr().add(row_bytes),
                         nblk,
                         codes.as_mut_ptr(),
                         w.as_mut_ptr(),
                         o.as_mut_ptr(),
-                        1,
+                        st,
                     )
                 };
-                let mut pcodes = vec![0u8; 256];
-                let mut psc = vec![(0f32, 0f32); 256 / s * step];
-                unpack_blocks(t, &bytes[row_bytes / 2..row_bytes], &mut pcodes, &mut psc);
+                let mut pcodes = vec![0u8; k];
+                let mut psc = vec![(0f32, 0f32); k / s * step];
+                unpack_blocks(t, &bytes[row_bytes..2 * row_bytes], &mut pcodes, &mut psc);
                 assert_eq!(codes, pcodes, "{t} codes");
                 for (j, &(pw, po)) in psc.iter().step_by(step).enumerate() {
-                    assert_eq!((w[j], o[j]), (pw, po), "{t} sub-block {j}");
+                    let got = (w[j * st].to_bits(), o[j * st].to_bits());
+                    assert_eq!(got, (pw.to_bits(), po.to_bits()), "{t} sub-block {j}");
                 }
             }
             // A packed panel (rows past 11 zero) gives back the weights.
