@@ -129,7 +129,8 @@ impl Tuning {
     /// were measured on Intel AVX-512 and Zen 3 AVX2 machines; a class gets
     /// entries here once they are measured on it (`tessera bench tune`
     /// prints what it found, in this file's syntax): today Zen 4
-    /// ([`ZEN4`]), for the kernels the process runs ([`Isa::from_env`]).
+    /// ([`ZEN4`]) and Zen 5 ([`ZEN5`]), for the kernels the process runs
+    /// ([`Isa::from_env`]).
     pub fn builtin(machine: &Machine) -> Tuning {
         Tuning::builtin_for(machine, Isa::from_env())
     }
@@ -146,8 +147,9 @@ impl Tuning {
                 t.overlay(&Tuning::parse(ZEN4).unwrap_or_default());
             }
         }
+        // Both widths: the same choice was measured on Zen 4's halves.
         if machine.microarch == "Zen 5" && isa.has_avx512() {
-            t = Tuning::parse(ZEN5).unwrap_or_default();
+            t.overlay(&Tuning::parse(ZEN5).unwrap_or_default());
         }
         t
     }

@@ -164,6 +164,6 @@ fn experts_with_few_columns_take_the_tiles_by_large_units() {
         check_routed(t, (k, 700), 8, 6, (16, 8), spread);
         check_routed(t, (k, 700), 1, 6, (16, 8), spread);
         // Wider rows (fewer rows a unit: several units an expert).
-        check_routed(t, (4 * k, 300), 2, 4, (16, 8), spread);
+        check_routed(t, (4 * k, 700), 2, 4, (16, 8), spread);
     }
 }

@@ -295,13 +295,14 @@ pub(crate) fn prefetch_l2(p: *const u8) {
     let _ = p;
 }
 
-/// Ask for the `bytes` bytes at `p` (one hint per cache line) to be
-/// brought into L1 (hints: never faulting, whatever the address; a no-op
-/// off x86-64).
+/// Ask for the lines holding the `bytes` bytes at `p` (one hint per cache
+/// line, from the line of `p` on) to be brought into L1 (hints: never
+/// faulting, whatever the address; a no-op off x86-64).
 #[inline(always)]
 pub(crate) fn prefetch_l1(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in (0..bytes).step_by(64) {
+    for line in (0..bytes + (p as usize & 63)).step_by(64) {
+        let p = p.wrapping_sub(p as usize & 63);
         // SAFETY: PREFETCHT0 is a hint that never faults and has no effect
         // on program state; SSE is part of the x86-64 baseline.
         unsafe {

@@ -247,6 +247,10 @@ fn integer_packing_reproduces_the_weights() {
                     let got = (w[j * st].to_bits(), o[j * st].to_bits());
                     assert_eq!(got, (pw.to_bits(), po.to_bits()), "{t} sub-block {j}");
                 }
+                // Nothing written between the strides (other rows' scales).
+                for (i, (&wi, &oi)) in w.iter().zip(&o).enumerate() {
+                    assert!(i % st == 0 || (wi, oi) == (0.0, 0.0), "{t} scale {i}");
+                }
             }
             // A packed panel (rows past 11 zero) gives back the weights.
             let mr = qk.mr;

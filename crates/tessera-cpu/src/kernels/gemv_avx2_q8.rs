@@ -39,7 +39,13 @@ const SB: usize = 8;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
-    let ahead = super::row_ahead::distance();
+    prefetch_at(p, len, super::row_ahead::distance());
+}
+
+/// [`prefetch`] at the distance `ahead`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_at(p: *const u8, len: usize, ahead: usize) {
     let mut o = 0;
     while o < len {
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead + o).cast());
@@ -65,8 +71,9 @@ pub(crate) fn prefetch_l2(p: *const u8, len: usize) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn prefetch_far(p: *const u8, len: usize) {
-    prefetch(p, len);
-    let far = 4 * super::row_ahead::distance();
+    let ahead = super::row_ahead::distance();
+    prefetch_at(p, len, ahead);
+    let far = 4 * ahead;
     let mut o = 0;
     while o < len {
         _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(far + o).cast());

@@ -19,7 +19,7 @@
 //! element's own is needed.
 //!
 //! Results: the binary ops, scaling, the f16 conversions and the Q8_0/Q4_0
-//! (de)quantizers are bit-identical across the two paths (same IEEE
+//! (de)quantizers are bit-identical across the paths (same IEEE
 //! operations per element; the quantizers byte-identical to
 //! `tessera::quant`). Sums accumulate in f64 in a different order
 //! (differences far below f32 resolution). The AVX2 `exp` (SOFT_MAX, SILU,
@@ -35,8 +35,8 @@ use crate::isa::Isa;
 #[derive(Clone, Copy, Debug)]
 pub struct Simd {
     avx2: bool,
-    /// SILU and GELU on sixteen lanes (`exp_avx512`, bit for bit the AVX2
-    /// results).
+    /// SILU, GELU and the binary ops on sixteen lanes (`exp_avx512`,
+    /// `simd_avx512`, bit for bit the AVX2 results).
     avx512: bool,
 }
 

@@ -113,8 +113,15 @@ pub fn mul_mat_id_scratch_size(
 /// (ggml 208-213 live); 32 tokens (about two columns an expert) on an AMD
 /// EPYC Zen 5, units of 16 rows / of this size, both with the tiles'
 /// prefetch, Q4_K 5.4-6.0 / 3.6-3.9 ms, Q8_0 6.7-8.4 / 4.9-6.2.
-fn unit_rows(a_row: usize) -> usize {
-    (super::COLUMN_CHUNK_BYTES / a_row.max(1) / 16 * 16).clamp(64, 512)
+///
+/// With many threads and few experts in use the units are smaller (down to
+/// 64 rows), so that the node has about four units a thread: `experts`
+/// routed (at most `n_as`, at most the (slot, token) pairs) of `rows` rows
+/// over `nth` threads. Every thread finds the same size (layouts only).
+fn unit_rows(a_row: usize, rows: usize, experts: usize, nth: usize) -> usize {
+    let chunk = (super::COLUMN_CHUNK_BYTES / a_row.max(1) / 16 * 16).clamp(64, 512);
+    let spread = rows.saturating_mul(experts) / nth.max(1).saturating_mul(4) / 16 * 16;
+    chunk.min(spread.max(64))
 }
 
 /// Compute this thread's share of a MUL_MAT_ID node.
@@ -201,8 +208,8 @@ struct Map {
     /// the entries (`slot + token * n_used`).
     words: *mut usize,
     rows: usize,
-    /// Bytes of a weight row.
-    a_row: usize,
+    /// Output rows per work unit ([`unit_rows`]).
+    unit: usize,
     /// The weights' layout and the stream's kernels (which experts take
     /// the GEMM: [`super::id_gemm::takes`]).
     a: Layout,
@@ -288,7 +295,7 @@ impl Map {
             pre[e] = total;
             let cols = off[e + 1] - off[e];
             if cols > 0 && !self.gemm(cols) {
-                total += self.rows.div_ceil(unit_rows(self.a_row)) * cols.div_ceil(BLOCK_N);
+                total += self.rows.div_ceil(self.unit) * cols.div_ceil(BLOCK_N);
             }
         }
         pre[self.n_as] = total;
@@ -383,7 +390,7 @@ impl Map {
             // The expert of `unit`: the last with prefix <= unit and columns.
             let e = pre.partition_point(|&p| p <= unit).saturating_sub(1);
             let cols = &ent[off[e]..off[e + 1]];
-            let size = unit_rows(self.a_row);
+            let size = self.unit;
             let nc0 = self.rows.div_ceil(size);
             let u = unit - pre[e];
             let (c0, c1) = (u % nc0, u / nc0);
@@ -477,7 +484,12 @@ fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
             // multiple of 64 from a 64-aligned pointer, so usize-aligned.
             words: unsafe { s.ptr.add(head) }.cast::<usize>(),
             rows: la.ne[1],
-            a_row: la.row_bytes(),
+            unit: unit_rows(
+                la.row_bytes(),
+                la.ne[1],
+                la.ne[2].min(li.ne[0].saturating_mul(li.ne[1])),
+                ctx.nth,
+            ),
             a: la,
             isa: ctx.isa,
             area: super::super::Scratch {
@@ -487,4 +499,23 @@ fn prepare<'s>(ctx: &'s NodeCtx<'_>) -> Result<(Plan<'s>, Map)> {
             },
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_rows;
+
+    #[test]
+    fn units_are_about_192_kib_of_rows_and_shrink_for_many_threads() {
+        // Q4_K rows of 2,048 values (1,152 bytes): 160 rows; decoding's 8
+        // experts of 768 rows on 2 threads keep them.
+        assert_eq!(unit_rows(1152, 768, 8, 2), 160);
+        // 16 threads: 768 x 8 / 64 = 96 rows; 64 threads: the floor, 64.
+        assert_eq!(unit_rows(1152, 768, 8, 16), 96);
+        assert_eq!(unit_rows(1152, 768, 8, 64), 64);
+        // Short rows: at most 512; long ones: at least 64.
+        assert_eq!(unit_rows(144, 700, 128, 2), 512);
+        assert_eq!(unit_rows(1 << 20, 768, 128, 2), 64);
+        assert_eq!(unit_rows(0, usize::MAX, usize::MAX, 0), 512);
+    }
 }
